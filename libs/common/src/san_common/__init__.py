@@ -1,0 +1,1 @@
+"""Shared code of the SAN services. Never runs on its own."""

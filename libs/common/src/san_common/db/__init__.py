@@ -1,0 +1,1 @@
+"""Database access: engine and sessions, migrations."""

@@ -1,0 +1,36 @@
+"""Engine and session factory. Built by a service's wiring point, never at import time."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+
+def async_url(url: str) -> str:
+    """Turn a deployer's `postgresql://…` URL into the asyncpg dialect URL SQLAlchemy wants."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def plain_url(url: str) -> str:
+    """The libpq-style URL (for asyncpg.connect, LISTEN connections, psql)."""
+    parsed = make_url(url).set(drivername="postgresql")
+    return parsed.render_as_string(hide_password=False)
+
+
+def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+    if not url:
+        raise ValueError("DATABASE_URL is empty: start the local launcher or set DATABASE_URL")
+    return create_async_engine(
+        async_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        echo=echo,
+    )
+
+
+def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)

@@ -1,0 +1,1 @@
+"""Job types, the message envelope, registration and the job repository."""

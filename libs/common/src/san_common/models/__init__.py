@@ -1,0 +1,20 @@
+"""ORM models. Every table of the system is declared here so that migrations and
+repositories of all services agree on one schema (the DB schema is a wire contract)."""
+
+from san_common.models.base import Base
+from san_common.models.cards import Category, KnowledgeCard, Tag, card_tags
+from san_common.models.jobs import AsyncJob, OutboxMessage
+from san_common.models.scraps import Scrap
+from san_common.models.users import User
+
+__all__ = [
+    "AsyncJob",
+    "Base",
+    "Category",
+    "KnowledgeCard",
+    "OutboxMessage",
+    "Scrap",
+    "Tag",
+    "User",
+    "card_tags",
+]

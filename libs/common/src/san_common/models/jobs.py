@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, Identity, Index, Integer, Text, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from san_common.jobs.types import ACTIVE_STATUSES, JobStatus, JobType
+from san_common.models.base import Base, created_at, updated_at
+
+_ACTIVE = ", ".join(f"'{s.value}'" for s in ACTIVE_STATUSES)
+
+
+class AsyncJob(Base):
+    __tablename__ = "async_jobs"
+    __table_args__ = (
+        # SPEC §2.2: at most one active job per (target, type), enforced by the database.
+        Index(
+            "uk_async_jobs_active_target_job_type",
+            "target_id",
+            "job_type",
+            unique=True,
+            postgresql_where=text(f"status IN ({_ACTIVE})"),
+        ),
+        Index("ix_async_jobs_status_updated_at", "status", "updated_at"),
+        Index("ix_async_jobs_target_id_job_type_created_at", "target_id", "job_type", "created_at"),
+        Index("ix_async_jobs_user_id_job_type_status", "user_id", "job_type", "status"),
+        CheckConstraint(
+            "job_type IN (" + ", ".join(f"'{t.value}'" for t in JobType) + ")", name="job_type"
+        ),
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{s.value}'" for s in JobStatus) + ")", name="status"
+        ),
+    )
+
+    job_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    job_type: Mapped[str] = mapped_column(Text)
+    # Deliberately no foreign key: the target's table depends on job_type.
+    target_id: Mapped[uuid.UUID]
+    user_id: Mapped[uuid.UUID]
+    status: Mapped[str] = mapped_column(Text, server_default=JobStatus.PENDING.value)
+    error_message: Mapped[str | None] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, server_default="1")
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A PROCESSING job belongs to `worker_id` until `lease_expires_at`; the worker
+    # heartbeats while it runs, so an expired lease means the worker died.
+    worker_id: Mapped[str | None] = mapped_column(Text)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class OutboxMessage(Base):
+    """A message committed together with the rows it announces; the relay publishes it."""
+
+    __tablename__ = "outbox_messages"
+    __table_args__ = (
+        Index(
+            "ix_outbox_messages_unpublished",
+            "id",
+            postgresql_where=text("published_at IS NULL"),
+        ),
+        Index(
+            "ix_outbox_messages_published_at",
+            "published_at",
+            postgresql_where=text("published_at IS NOT NULL"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    message_id: Mapped[uuid.UUID] = mapped_column(unique=True)
+    exchange: Mapped[str] = mapped_column(Text)
+    routing_key: Mapped[str] = mapped_column(Text)
+    body: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    headers: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = created_at()
+    published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

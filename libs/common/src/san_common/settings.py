@@ -1,0 +1,40 @@
+"""Settings shared by every service; each service subclasses `ServiceSettings`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
+
+
+class ServiceSettings(BaseSettings):
+    """Environment-driven settings common to all services (SPEC §8)."""
+
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", frozen=True)
+
+    san_env: Literal["development", "test", "production"] = "development"
+    service_name: str = "san"
+    database_url: str = Field(
+        default="",
+        description="postgresql://… URL; empty in a local run means the launcher's embedded PostgreSQL",
+    )
+    amqp_url: str = DEFAULT_AMQP_URL
+    amqp_prefix: str = Field(
+        default="san",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Prefix of every exchange and queue name; lets several stacks share one broker",
+    )
+    data_dir: Path = Path(".data")
+    log_format: Literal["json", "console"] = "json"
+    log_level: str = "INFO"
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="0 disables the metrics server")
+
+    @model_validator(mode="after")
+    def _database_required_in_production(self) -> ServiceSettings:
+        if self.san_env == "production" and not self.database_url:
+            raise ValueError("DATABASE_URL must be set when SAN_ENV=production")
+        return self

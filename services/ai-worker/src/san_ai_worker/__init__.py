@@ -1,0 +1,1 @@
+"""Consumes the AI job types."""

@@ -1,0 +1,1 @@
+"""FastAPI HTTP API: scraps, cards, TIL, jobs, GitHub linking."""

@@ -1,0 +1,1 @@
+"""Consumes TIL_GITHUB_COMMIT."""

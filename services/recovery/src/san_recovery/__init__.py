@@ -1,0 +1,1 @@
+"""Recovery sweeps and the daily TIL batch."""

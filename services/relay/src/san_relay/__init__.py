@@ -1,0 +1,1 @@
+"""Outbox relay: publishes committed job messages to RabbitMQ with publisher confirms."""
