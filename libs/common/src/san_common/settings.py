@@ -31,7 +31,10 @@ class ServiceSettings(BaseSettings):
     data_dir: Path = Path(".data")
     log_format: Literal["json", "console"] = "json"
     log_level: str = "INFO"
-    metrics_port: int = Field(default=0, ge=0, le=65535, description="0 disables the metrics server")
+    probe_host: str = "127.0.0.1"
+    probe_port: int = Field(
+        default=0, ge=0, le=65535, description="/healthz, /readyz, /metrics; 0 picks a free port"
+    )
 
     @model_validator(mode="after")
     def _database_required_in_production(self) -> ServiceSettings:

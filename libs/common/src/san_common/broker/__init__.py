@@ -1,0 +1,1 @@
+"""RabbitMQ: names and topology."""

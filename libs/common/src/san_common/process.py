@@ -1,0 +1,53 @@
+"""Process plumbing shared by the non-HTTP services: signals, probes, logging."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+import aio_pika
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from san_common.logs import configure_logging
+from san_common.probes import ProbeServer, ReadinessCheck
+from san_common.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM (Kubernetes, compose) and SIGINT (Ctrl-C) both mean: drain and exit."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def readiness(engine: AsyncEngine, amqp_url: str) -> ReadinessCheck:
+    async def check() -> bool:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        connection_ = await aio_pika.connect(amqp_url, timeout=3)
+        await connection_.close()
+        return True
+
+    return check
+
+
+async def serve(
+    settings: ServiceSettings,
+    work: Callable[[asyncio.Event], Awaitable[None]],
+    ready: ReadinessCheck,
+) -> None:
+    """Run `work(stop)` with probes up, until a signal sets `stop` and `work` returns."""
+    configure_logging(settings.service_name, fmt=settings.log_format, level=settings.log_level)
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    probes = ProbeServer(settings.probe_host, settings.probe_port, ready)
+    await probes.start()
+    try:
+        await work(stop)
+    finally:
+        await probes.stop()

@@ -1,0 +1,253 @@
+"""Consume job messages, claim the job, run its handler, settle the job, then ack.
+
+Per message:
+1. parse the envelope — unreadable → reject to the dead-letter queue;
+2. claim the job (PENDING → PROCESSING with a lease) — not claimable → ack and skip;
+3. `load` (short transaction), `run` (no transaction; transient errors retried with
+   backoff), `store` + COMPLETED (one transaction), or FAILED with the cause chain;
+4. ack. The ack comes last, so a crash anywhere before it redelivers the message, and the
+   claim makes that redelivery harmless.
+A database outage is not the job's fault: the message is requeued (the quorum queue's
+delivery limit dead-letters it if the outage outlasts the retries) and the job's lease
+lets a later delivery take it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import aio_pika
+import httpx
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from pydantic import ValidationError
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_common import metrics
+from san_common.broker.topology import Topology, declare_topology
+from san_common.errors import PermanentJobError, TransientJobError, cause_chain
+from san_common.jobs import repository as jobs
+from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
+from san_common.jobs.types import JobType
+from san_common.logs import log_context
+from san_common.models import AsyncJob
+from san_common.worker.handler import JobHandler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    prefetch: int = 10
+    lease_seconds: float = 120.0
+    max_tries: int = 3
+    backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 30.0
+    drain_seconds: float = 30.0
+
+
+class _LeaseLost(Exception):
+    """Another worker took the job over (our lease expired); our result is discarded."""
+
+
+_INFRA_ERRORS = (sa_exc.OperationalError, sa_exc.InterfaceError, ConnectionError, OSError)
+
+
+class WorkerRuntime:
+    def __init__(
+        self,
+        *,
+        session_factory: async_sessionmaker[AsyncSession],
+        amqp_url: str,
+        topology: Topology,
+        handlers: Mapping[JobType, JobHandler],
+        config: RuntimeConfig = RuntimeConfig(),
+        worker_id: str | None = None,
+    ) -> None:
+        self._sessions = session_factory
+        self._amqp_url = amqp_url
+        self._topology = topology
+        self._handlers = dict(handlers)
+        self._config = config
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._lease = timedelta(seconds=config.lease_seconds)
+        self.connected = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
+        finish for up to `drain_seconds`, release the rest back to PENDING and requeue."""
+        connection = await aio_pika.connect_robust(self._amqp_url)
+        try:
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=self._config.prefetch)
+            queues = await declare_topology(channel, self._topology)
+            consumers: list[tuple[AbstractQueue, str]] = []
+            for job_type in self._handlers:
+                queue = queues[job_type]
+                consumers.append((queue, await queue.consume(self._on_message)))
+            log.info(
+                "worker consuming",
+                extra={"fields": {"worker_id": self.worker_id, "queues": [q.name for q, _ in consumers]}},
+            )
+            self.connected.set()
+            await stop.wait()
+            log.info("worker draining", extra={"fields": {"in_flight": len(self._inflight)}})
+            for queue, tag in consumers:
+                await queue.cancel(tag)
+            await self._drain()
+        finally:
+            await connection.close()
+            log.info("worker stopped")
+
+    async def _drain(self) -> None:
+        if not self._inflight:
+            return
+        _, pending = await asyncio.wait(self._inflight, timeout=self._config.drain_seconds)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        task = asyncio.create_task(self._process(message))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _process(self, message: AbstractIncomingMessage) -> None:
+        try:
+            envelope = JobMessage.model_validate_json(message.body)
+        except ValidationError as exc:
+            log.error("unreadable job message, dead-lettering", extra={"fields": {"error": str(exc)[:500]}})
+            metrics.MESSAGES_DEAD_LETTERED.labels("unreadable").inc()
+            await message.reject(requeue=False)
+            return
+        handler = self._handlers.get(envelope.job_type)
+        if handler is None or envelope.version != ENVELOPE_VERSION:
+            log.error("message for a job type or version this worker does not serve")
+            metrics.MESSAGES_DEAD_LETTERED.labels("unroutable").inc()
+            await message.reject(requeue=False)
+            return
+
+        with log_context(
+            job_id=envelope.job_id,
+            job_type=envelope.job_type.value,
+            message_id=envelope.message_id,
+            trace_id=_trace_id(envelope.traceparent),
+        ):
+            try:
+                await self._execute(envelope, handler)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._requeue_on_shutdown(envelope, message))
+                raise
+            except _INFRA_ERRORS:
+                log.exception("infrastructure error, message requeued")
+                await message.nack(requeue=True)
+                return
+            await message.ack()
+
+    async def _execute(self, envelope: JobMessage, handler: JobHandler) -> None:
+        async with self._sessions() as session, session.begin():
+            job = await jobs.claim(session, envelope.job_id, self.worker_id, self._lease)
+        if job is None:
+            log.info("job not claimable (done, owned by a live worker, or unknown), skipped")
+            metrics.MESSAGES_SKIPPED.labels(envelope.job_type.value).inc()
+            return
+        metrics.JOB_QUEUE_WAIT.labels(job.job_type).observe(
+            max(0.0, (datetime.now(UTC) - envelope.created_at).total_seconds())
+        )
+        log.info("job claimed", extra={"fields": {"attempt": job.attempt}})
+        started = time.monotonic()
+        heartbeat = asyncio.create_task(self._heartbeat(job.job_id))
+        try:
+            outcome = await self._settle(handler, job)
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        metrics.JOBS_FINISHED.labels(job.job_type, outcome).inc()
+        metrics.JOB_DURATION.labels(job.job_type).observe(time.monotonic() - started)
+
+    async def _settle(self, handler: JobHandler, job: AsyncJob) -> str:
+        try:
+            async with self._sessions() as session, session.begin():
+                payload = await handler.load(session, job)
+            result = await self._run_with_retries(handler, job, payload)
+            async with self._sessions() as session, session.begin():
+                await handler.store(session, job, result)
+                if not await jobs.complete(session, job.job_id, self.worker_id):
+                    raise _LeaseLost
+        except _LeaseLost:
+            log.warning("lease lost to another worker; result discarded")
+            return "lease_lost"
+        except _INFRA_ERRORS:
+            raise
+        except Exception as exc:  # every other failure is the job's outcome, never a crash
+            reason = cause_chain(exc)
+            async with self._sessions() as session, session.begin():
+                await jobs.fail(session, job.job_id, self.worker_id, reason)
+            log.warning("job failed", extra={"fields": {"error": reason}})
+            return "failed"
+        log.info("job completed")
+        return "completed"
+
+    async def _run_with_retries(self, handler: JobHandler, job: AsyncJob, payload: object) -> object:
+        tries = self._config.max_tries
+        for attempt in range(1, tries + 1):
+            try:
+                return await handler.run(job, payload)
+            except PermanentJobError:
+                raise
+            except (TransientJobError, httpx.TimeoutException, httpx.TransportError) as exc:
+                if attempt == tries:
+                    raise PermanentJobError(f"gave up after {tries} tries") from exc
+                delay = self._backoff(attempt, getattr(exc, "retry_after", None))
+                metrics.JOB_RETRIES.labels(job.job_type).inc()
+                log.info(
+                    "transient failure, retrying",
+                    extra={"fields": {"try": attempt, "delay_s": round(delay, 2), "error": cause_chain(exc)}},
+                )
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        base = self._config.backoff_seconds * 2 ** (attempt - 1)
+        return min(self._config.max_backoff_seconds, base) * random.uniform(0.8, 1.2)
+
+    async def _heartbeat(self, job_id: uuid.UUID) -> None:
+        interval = max(0.05, self._config.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self._sessions() as session, session.begin():
+                    if not await jobs.extend_lease(session, job_id, self.worker_id, self._lease):
+                        return
+            except _INFRA_ERRORS:
+                log.warning("heartbeat failed; will retry")
+
+    async def _requeue_on_shutdown(self, envelope: JobMessage, message: AbstractIncomingMessage) -> None:
+        """Give an unfinished job back: PENDING again, message back on the queue."""
+        try:
+            async with self._sessions() as session, session.begin():
+                await jobs.release(session, envelope.job_id, self.worker_id)
+            await message.nack(requeue=True)
+            log.info("job released on shutdown")
+        except Exception:  # the lease expiry and recovery sweep cover what this misses
+            log.exception("could not release job on shutdown")
+
+
+def _trace_id(traceparent: str | None) -> str | None:
+    if traceparent and traceparent.count("-") == 3:
+        return traceparent.split("-")[1]
+    return None

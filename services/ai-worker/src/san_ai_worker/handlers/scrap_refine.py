@@ -1,0 +1,32 @@
+"""SCRAP_REFINE: the AI rewrites the scrap into clean text, stored on the scrap (SPEC §3.1)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_ai_worker import repository
+from san_ai_worker.ai.provider import AiProvider
+from san_common.errors import PermanentJobError
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob
+
+
+class ScrapRefineHandler:
+    job_type: ClassVar[JobType] = JobType.SCRAP_REFINE
+
+    def __init__(self, ai: AiProvider) -> None:
+        self._ai = ai
+
+    async def load(self, session: AsyncSession, job: AsyncJob) -> str:
+        scrap = await repository.get_scrap(session, job.target_id)
+        if scrap is None:
+            raise PermanentJobError(f"scrap {job.target_id} does not exist")
+        return scrap.content
+
+    async def run(self, job: AsyncJob, content: str) -> str:
+        return (await self._ai.refine_scrap(content)).refinedContent
+
+    async def store(self, session: AsyncSession, job: AsyncJob, refined: str) -> None:
+        await repository.set_refined_content(session, job.target_id, refined)

@@ -1,0 +1,43 @@
+"""The API's wiring point: `create_app(settings)` builds everything; nothing at import."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from san_api import health
+from san_api.cards.endpoints import router as cards_router
+from san_api.errors import install_error_handlers
+from san_api.jobs.endpoints import router as jobs_router
+from san_api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from san_api.scraps.endpoints import router as scraps_router
+from san_api.settings import ApiSettings
+from san_common.db.engine import create_engine, create_session_factory
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(settings.database_url, pool_size=10)
+        app.state.engine = engine
+        app.state.sessions = create_session_factory(engine)
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="SAN API",
+        version="0.1.0",
+        description="Scraps, knowledge cards, TILs and their asynchronous jobs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
+    app.add_middleware(MetricsMiddleware)
+    for router in (health.router, scraps_router, cards_router, jobs_router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,1 @@
+"""Bearer JWT authentication (SPEC §8)."""

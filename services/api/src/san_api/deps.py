@@ -1,0 +1,57 @@
+"""Request dependencies. The session dependency owns the transaction: it commits when the
+endpoint returns and rolls back when it raises, so a request writes all or nothing."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_api.auth.tokens import InvalidToken, verify
+from san_api.errors import Unauthorized
+from san_api.settings import ApiSettings
+from san_api.users import repository as users
+
+
+async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
+    async with request.app.state.sessions() as session, session.begin():
+        yield session
+
+
+def get_settings(request: Request) -> ApiSettings:
+    settings: ApiSettings = request.app.state.settings
+    return settings
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session)]
+SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+@dataclass(frozen=True)
+class Principal:
+    user_id: uuid.UUID
+    external_id: str
+
+
+async def get_current_user(
+    session: SessionDep,
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Unauthorized("Missing bearer token: send 'Authorization: Bearer <token>'")
+    try:
+        subject = verify(settings.auth_jwt_secret, credentials.credentials)
+    except InvalidToken as exc:
+        raise Unauthorized(f"Invalid bearer token: {exc}") from exc
+    return Principal(await users.provision(session, subject), subject)
+
+
+CurrentUser = Annotated[Principal, Depends(get_current_user)]

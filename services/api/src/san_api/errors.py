@@ -1,0 +1,114 @@
+"""Domain errors and their problem+json rendering (SPEC §6).
+
+Each error class carries its stable `code`, HTTP status and default message; services raise
+them, and one set of handlers renders every error — including FastAPI's own — the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class AppError(Exception):
+    code = "INTERNAL_ERROR"
+    status = 500
+    title = "Internal error"
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.extra = extra
+
+
+class ValidationFailed(AppError):
+    code, status, title = "VALIDATION_ERROR", 400, "The request is not valid"
+
+
+class Unauthorized(AppError):
+    code, status, title = "UNAUTHORIZED", 401, "A valid bearer token is required"
+
+
+class NotFound(AppError):
+    code, status, title = "NOT_FOUND", 404, "Not found"
+
+
+class DuplicateResource(AppError):
+    code, status, title = "DUPLICATE_RESOURCE", 409, "The resource already exists or is in progress"
+
+
+class ContentTooLarge(AppError):
+    code, status, title = "CONTENT_TOO_LARGE", 413, "The content is too large"
+
+
+_STATUS_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    406: "NOT_ACCEPTABLE",
+    413: "CONTENT_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
+
+
+def problem(
+    request: Request, status: int, code: str, title: str, detail: str, **extra: Any
+) -> JSONResponse:
+    body = {
+        "type": f"https://san.example/problems/{code.lower().replace('_', '-')}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "instance": request.url.path,
+        **extra,
+    }
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _describe(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
+    items = []
+    for error in errors:
+        loc = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+        items.append({"field": loc, "message": str(error.get("msg", "invalid"))})
+    detail = "; ".join(f"{i['field']}: {i['message']}" for i in items[:5])
+    return detail, items
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AppError)
+    async def _app_error(request: Request, exc: AppError) -> JSONResponse:
+        return problem(request, exc.status, exc.code, exc.title, exc.detail, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            detail, items = "The request body is not valid JSON", []
+        else:
+            detail, items = _describe(errors)
+        return problem(
+            request, 400, "VALIDATION_ERROR", "The request is not valid", detail, errors=items
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "HTTP_ERROR")
+        return problem(request, exc.status_code, code, str(exc.detail), str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return problem(request, 500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred")

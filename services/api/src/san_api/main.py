@@ -1,0 +1,25 @@
+"""`san-api`: serve the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from san_api.app import create_app
+from san_api.settings import ApiSettings
+from san_common.logs import configure_logging
+
+
+def main() -> None:
+    settings = ApiSettings()
+    configure_logging(settings.service_name, fmt=settings.log_format, level=settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        timeout_graceful_shutdown=20,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""ASGI middleware: request-body size limit and HTTP metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HTTP_REQUESTS = Counter("san_http_requests_total", "HTTP requests", ["method", "route", "status"])
+HTTP_DURATION = Histogram("san_http_request_duration_seconds", "HTTP request latency", ["method", "route"])
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over `max_bytes` with 413 before they reach validation or memory."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._reject(scope, send)
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reject(scope, send)
+
+    async def _reject(self, scope: Scope, send: Send) -> None:
+        body = json.dumps(
+            {
+                "type": "https://san.example/problems/content-too-large",
+                "title": "The request body is too large",
+                "status": 413,
+                "detail": f"request bodies are limited to {self.max_bytes} bytes",
+                "code": "CONTENT_TOO_LARGE",
+                "instance": scope.get("path", ""),
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/problem+json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class MetricsMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        finally:
+            route = scope.get("route")
+            # the route template, not the raw path, keeps label cardinality bounded
+            name = getattr(route, "path", "unmatched")
+            HTTP_REQUESTS.labels(scope["method"], name, str(status)).inc()
+            HTTP_DURATION.labels(scope["method"], name).observe(time.perf_counter() - started)

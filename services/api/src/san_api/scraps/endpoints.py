@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from san_api.deps import CurrentUser, SessionDep, SettingsDep
+from san_api.scraps import service
+from san_api.scraps.schemas import ScrapAccepted, ScrapCreate
+
+router = APIRouter(tags=["scraps"])
+
+
+@router.post("/scraps", status_code=status.HTTP_202_ACCEPTED, response_model=ScrapAccepted)
+async def create_scrap(
+    body: ScrapCreate, user: CurrentUser, session: SessionDep, settings: SettingsDep
+) -> ScrapAccepted:
+    """Save a scrap; its knowledge card and refined text are produced by async jobs."""
+    saved = await service.save_scrap(
+        session, user.user_id, body.content, max_bytes=settings.scrap_max_bytes
+    )
+    return ScrapAccepted(
+        scrapId=saved.scrap_id,
+        analysisJobId=saved.analysis_job_id,
+        refineJobId=saved.refine_job_id,
+        duplicate=saved.duplicate,
+    )

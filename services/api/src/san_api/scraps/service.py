@@ -1,0 +1,67 @@
+"""Saving a scrap (SPEC §3.1): normalize, dedup per user, register the AI jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_api.errors import ContentTooLarge, ValidationFailed
+from san_api.scraps import repository
+from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
+from san_common.jobs.types import JobType
+
+
+@dataclass(frozen=True)
+class SavedScrap:
+    scrap_id: uuid.UUID
+    analysis_job_id: uuid.UUID | None
+    refine_job_id: uuid.UUID | None
+    duplicate: bool
+
+
+def normalize(content: str) -> str:
+    return content.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def content_hash(normalized: str) -> str:
+    return hashlib.sha256(normalized.encode("utf-8")).hexdigest()
+
+
+async def save_scrap(
+    session: AsyncSession, user_id: uuid.UUID, raw_content: str, *, max_bytes: int
+) -> SavedScrap:
+    content = normalize(raw_content)
+    if not content:
+        raise ValidationFailed("content must not be empty or only whitespace")
+    size = len(content.encode("utf-8"))
+    if size > max_bytes:
+        raise ContentTooLarge(f"content is {size} bytes; the limit is {max_bytes} bytes")
+    if "\x00" in content:
+        raise ValidationFailed("content must not contain NUL characters")
+
+    digest = content_hash(content)
+    scrap_id = await repository.insert_if_absent(session, user_id, content, digest)
+    if scrap_id is not None:
+        analysis = await register_job_in_transaction(
+            session, job_type=JobType.CARD_ANALYSIS, target_id=scrap_id, user_id=user_id
+        )
+        refine = await register_job_in_transaction(
+            session, job_type=JobType.SCRAP_REFINE, target_id=scrap_id, user_id=user_id
+        )
+        return SavedScrap(scrap_id, analysis.job_id, refine.job_id, duplicate=False)
+
+    existing = await repository.find_by_hash(session, user_id, digest)
+    assert existing is not None  # the conflicting row is committed: ON CONFLICT waited for it
+    analysis_job_id = None
+    if not await repository.has_card(session, existing):
+        try:
+            registered = await register_job_in_transaction(
+                session, job_type=JobType.CARD_ANALYSIS, target_id=existing, user_id=user_id
+            )
+            analysis_job_id = registered.job_id
+        except DuplicateActiveJob:
+            pass  # an analysis is already on its way; nothing to register
+    return SavedScrap(existing, analysis_job_id, None, duplicate=True)

@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from pydantic import Field
+
+from san_common.settings import ServiceSettings
+
+
+class RelaySettings(ServiceSettings):
+    service_name: str = "relay"
+    relay_batch_size: int = Field(default=200, ge=1, le=5000)
+    relay_poll_seconds: float = Field(
+        default=2.0, gt=0, description="Fallback poll interval when no NOTIFY arrives"
+    )
+    relay_publish_timeout_seconds: float = Field(default=10.0, gt=0)
+    outbox_retention_hours: float = Field(default=24.0, ge=0)
+    outbox_cleanup_interval_seconds: float = Field(default=300.0, gt=0)
