@@ -1,0 +1,42 @@
+# One task runner. `make run` runs the whole system locally; `make test` runs the suite.
+SHELL := /bin/bash
+TOOLS := .tools
+UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
+PYTEST_ARGS ?=
+
+.PHONY: help setup run test token lint typecheck bench clean
+
+help:
+	@echo "make run    - embedded PostgreSQL + RabbitMQ + every service, logs here, Ctrl-C stops"
+	@echo "make test   - install and run the whole test suite"
+	@echo "make token  - mint a bearer token for local use (SUBJECT=local-user)"
+	@echo "make lint / typecheck / bench"
+
+$(TOOLS)/bin/uv:
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet uv
+
+setup: $(if $(shell command -v uv 2>/dev/null),,$(TOOLS)/bin/uv)
+	$(UV) sync --frozen
+
+run: setup
+	$(UV) run --frozen python dev/run_local.py
+
+test: setup
+	$(UV) run --frozen pytest $(PYTEST_ARGS)
+
+token: setup
+	@$(UV) run --frozen san-token $(or $(SUBJECT),local-user)
+
+lint: setup
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+
+typecheck: setup
+	$(UV) run --frozen mypy libs/common/src services/*/src
+
+bench: setup
+	$(UV) run --frozen pytest -m benchmark -p no:randomly $(PYTEST_ARGS) benchmarks
+
+clean:
+	rm -rf .venv $(TOOLS) .data .pytest_cache .mypy_cache .ruff_cache

