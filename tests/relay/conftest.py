@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_common.broker.topology import Topology
+from san_common.db.engine import create_engine, create_session_factory
+from san_common.jobs.registration import register_job_in_transaction
+from san_common.jobs.types import JobType
+from san_common.models import OutboxMessage
+from san_relay.relay import Relay
+from san_relay.settings import RelaySettings
+
+
+@pytest.fixture
+async def fresh_sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_engine(fresh_db_url, pool_size=10)
+    yield create_session_factory(engine)
+    await engine.dispose()
+
+
+def relay_settings(db_url: str, amqp_url: str, topology: Topology, **overrides: object) -> RelaySettings:
+    return RelaySettings(
+        database_url=db_url,
+        amqp_url=amqp_url,
+        amqp_prefix=topology.prefix,
+        san_env="test",
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+def make_relay(
+    db_url: str, amqp_url: str, topology: Topology, sessions: async_sessionmaker[AsyncSession], **kw: object
+) -> Relay:
+    return Relay(relay_settings(db_url, amqp_url, topology, **kw), sessions, topology)
+
+
+async def register_many(
+    sessions: async_sessionmaker[AsyncSession], count: int, job_type: JobType = JobType.CARD_ANALYSIS
+) -> set[uuid.UUID]:
+    job_ids: set[uuid.UUID] = set()
+    user_id = uuid.uuid4()
+    async with sessions() as session, session.begin():
+        for _ in range(count):
+            job = await register_job_in_transaction(
+                session, job_type=job_type, target_id=uuid.uuid4(), user_id=user_id
+            )
+            job_ids.add(job.job_id)
+    return job_ids
+
+
+async def unpublished(sessions: async_sessionmaker[AsyncSession]) -> int:
+    async with sessions() as session:
+        return int(
+            await session.scalar(
+                select(func.count()).select_from(OutboxMessage).where(OutboxMessage.published_at.is_(None))
+            )
+            or 0
+        )
+
+
+async def drain_queue(amqp_url: str, queue_name: str) -> list[dict[str, object]]:
+    """Every message currently in the queue (acked), as parsed JSON bodies."""
+    import json
+
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.get_queue(queue_name, ensure=False)
+        bodies = []
+        while (message := await queue.get(fail=False, no_ack=True)) is not None:
+            bodies.append(json.loads(message.body))
+        return bodies
+    finally:
+        await connection.close()
