@@ -1,0 +1,335 @@
+"""A fake OpenAI-compatible AI server on loopback, with fault injection.
+
+    with FakeAiServer() as ai:
+        provider = build_provider("openai", base_url=ai.base_url, ...)
+        ai.set_fault("http_500", times=2)
+
+It really listens on 127.0.0.1 (a free port) in a background thread, so the real HTTP client
+code runs. Answers are canned but depend on the request: `recall_quiz` reads the
+`quiz_types: OX,SHORT_ANSWER` line of the user message, `star_recommendation` the
+`repo: owner/name` lines, `til` the `date:` and `title:` lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal
+
+Fault = Literal[
+    "http_500",
+    "timeout",
+    "invalid_json",
+    "missing_field",
+    "wrong_dimension",
+    "http_429",
+    "http_400",
+]
+ChatOverride = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+WRONG_DIMENSIONS = 2048
+
+
+class FakeAiServer:
+    """OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/embeddings`."""
+
+    def __init__(self) -> None:
+        self.delay_seconds = 5.0  # how long the "timeout" fault keeps a request waiting
+        self.retry_after = "7"  # `Retry-After` header of the "http_429" fault
+        self.embedding_dimensions = 1536  # the model's native size: at most this many are sent
+        self.chat_override: ChatOverride | None = None
+        self._lock = threading.Lock()
+        self._fault: Fault | None = None
+        self._fault_times: int | None = None
+        self._requests: list[tuple[str, dict[str, Any]]] = []
+        self._headers: list[dict[str, str]] = []
+        self._stopping = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> FakeAiServer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stopping.set()  # wakes requests held by the "timeout" fault
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    # -- faults and records ------------------------------------------------------------------
+
+    @property
+    def fault(self) -> Fault | None:
+        with self._lock:
+            return self._fault
+
+    @fault.setter
+    def fault(self, fault: Fault | None) -> None:
+        self.set_fault(fault)
+
+    def set_fault(self, fault: Fault | None, *, times: int | None = None) -> None:
+        """Inject `fault` into every request, or only into the next `times` it applies to."""
+        with self._lock:
+            self._fault, self._fault_times = fault, times
+
+    @property
+    def requests(self) -> list[tuple[str, dict[str, Any]]]:
+        """`(path, json body)` of every request received, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        """Headers (lowercased names) of every request received, oldest first."""
+        with self._lock:
+            return list(self._headers)
+
+    @staticmethod
+    def embedding_for(text: str, dimensions: int) -> list[float]:
+        """The vector this server answers for `text`: deterministic, unit length."""
+        rng = random.Random(hashlib.sha256(text.encode()).digest())
+        vector = [rng.uniform(-1.0, 1.0) for _ in range(dimensions)]
+        norm = math.sqrt(sum(v * v for v in vector))
+        return [v / norm for v in vector]
+
+    def _record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+        with self._lock:
+            self._requests.append((path, body))
+            self._headers.append(headers)
+
+    def _take_fault(self, path: str) -> Fault | None:
+        """The fault for this request, counting it down if it is limited."""
+        with self._lock:
+            fault = self._fault
+            if fault is None or (fault == "wrong_dimension" and path != "/v1/embeddings"):
+                return None
+            if self._fault_times is not None:
+                self._fault_times -= 1
+                if self._fault_times <= 0:
+                    self._fault, self._fault_times = None, None
+            return fault
+
+    def _wait_or_stop(self) -> None:
+        self._stopping.wait(self.delay_seconds)
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def _chat_answer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        name = body["response_format"]["json_schema"]["name"]
+        override = self.chat_override
+        if override is not None:
+            return override(name, body)
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        answer = _CANNED.get(name)
+        return None if answer is None else answer(prompt)
+
+
+class _Server(ThreadingHTTPServer):
+    fake: FakeAiServer
+    daemon_threads = True
+    block_on_close = False  # a request held by the "timeout" fault must not delay shutdown
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The client gave up (timeout) and closed the socket: expected, not worth a traceback.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep the test output clean
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        except ValueError:
+            self._send_json(400, _error("request body is not JSON"))
+            return
+        path = self.path
+        fake._record(path, body, {k.lower(): v for k, v in self.headers.items()})
+        if path not in ("/v1/chat/completions", "/v1/embeddings"):
+            self._send_json(404, _error(f"no route {path}"))
+            return
+        fault = fake._take_fault(path)
+        if fault == "timeout":
+            fake._wait_or_stop()
+            self.close_connection = True
+            return  # no answer at all
+        if fault == "http_500":
+            self._send_json(500, _error("the server had an error"))
+        elif fault == "http_429":
+            headers = {"retry-after": fake.retry_after}
+            self._send_json(429, _error("rate limit reached"), headers)
+        elif fault == "http_400":
+            # Like some real servers, echo the credentials seen, so tests prove they get redacted.
+            seen = self.headers.get("authorization", "")
+            self._send_json(400, _error(f"invalid request (authorization: {seen})"))
+        elif path == "/v1/chat/completions":
+            self._chat(body, fault)
+        else:
+            self._embeddings(body, fault)
+
+    def _chat(self, body: dict[str, Any], fault: Fault | None) -> None:
+        answer = self.server.fake._chat_answer(body)
+        if answer is None:
+            self._send_json(400, _error("unknown response_format.json_schema.name"))
+            return
+        if fault == "missing_field":
+            required = body["response_format"]["json_schema"]["schema"].get("required") or [
+                *answer
+            ]
+            answer = {k: v for k, v in answer.items() if k != required[0]}
+        content = "Sure! Here is the JSON you asked for." if fault == "invalid_json" else None
+        self._send_json(
+            200,
+            {
+                "id": f"chatcmpl-fake-{time.monotonic_ns()}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", ""),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": content or json.dumps(answer, ensure_ascii=False),
+                        },
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+        )
+
+    def _embeddings(self, body: dict[str, Any], fault: Fault | None) -> None:
+        if fault == "invalid_json":
+            self._send(200, b"<html>not json</html>", "text/html")
+            return
+        if fault == "missing_field":
+            self._send_json(200, {"object": "list", "data": [{"index": 0}]})
+            return
+        fake = self.server.fake
+        requested = int(body.get("dimensions") or fake.embedding_dimensions)
+        size = WRONG_DIMENSIONS if fault == "wrong_dimension" else min(
+            requested, fake.embedding_dimensions
+        )
+        vector = FakeAiServer.embedding_for(str(body.get("input", "")), size)
+        self._send_json(
+            200,
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+                "model": body.get("model", ""),
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            },
+        )
+
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error"}}
+
+
+def _lines(prompt: str, key: str) -> list[str]:
+    prefix = f"{key}:"
+    return [
+        line[len(prefix) :].strip() for line in prompt.splitlines() if line.startswith(prefix)
+    ]
+
+
+def _card_analysis(prompt: str) -> dict[str, Any]:
+    first_line = next((line.strip() for line in prompt.splitlines() if line.strip()), "untitled")
+    words = sorted({w.lower() for w in re.findall(r"[^\W\d_]{4,}", prompt)})
+    return {
+        "title": first_line[:80],
+        "summary": " ".join(prompt.split())[:300] or "empty",
+        "tags": words[:3],
+        "category": "general",
+    }
+
+
+def _scrap_refine(prompt: str) -> dict[str, Any]:
+    return {"refinedContent": " ".join(prompt.split()) or "empty"}
+
+
+def _til(prompt: str) -> dict[str, Any]:
+    day = next(iter(_lines(prompt, "date")), "unknown-date")
+    titles = _lines(prompt, "title")
+    sections = "".join(f"\n## {title}\n\nLearned about {title}.\n" for title in titles)
+    return {"title": f"TIL {day}", "tilMarkdown": f"# TIL {day}\n{sections}"}
+
+
+def _recall_quiz(prompt: str) -> dict[str, Any]:
+    types = [t.strip() for t in next(iter(_lines(prompt, "quiz_types")), "OX").split(",")]
+    titles = _lines(prompt, "title") or ["this topic"]
+    quizzes = []
+    for title in titles:
+        for quiz_type in types:
+            if quiz_type == "OX":
+                question, answer = f"{title} was studied today.", "O"
+            else:
+                question, answer = f"Which topic was studied today ({title[:1]}…)?", title
+            quizzes.append(
+                {"type": quiz_type, "question": question, "answer": answer, "explanation": title}
+            )
+    return {"quizzes": quizzes[:10]}
+
+
+def _star_recommendation(prompt: str) -> dict[str, Any]:
+    repos = _lines(prompt, "repo")
+    return {
+        "recommendations": [
+            {"repoFullName": repo, "reason": f"{repo} fits your interests.", "score": 1 / (i + 1)}
+            for i, repo in enumerate(repos[:10])
+        ]
+    }
+
+
+_CANNED: dict[str, Callable[[str], dict[str, Any]]] = {
+    "card_analysis": _card_analysis,
+    "scrap_refine": _scrap_refine,
+    "til": _til,
+    "recall_quiz": _recall_quiz,
+    "star_recommendation": _star_recommendation,
+}
