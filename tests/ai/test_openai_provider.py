@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from san_ai_worker.ai import (
     AiProvider,
     CardInput,
@@ -19,6 +18,7 @@ from san_ai_worker.ai import (
     build_provider,
 )
 from san_common.errors import JobFailure, PermanentJobError, TransientJobError, cause_chain
+
 from tests.fakes.fake_ai import FakeAiServer
 
 API_KEY = "sk-test-do-not-leak-0123456789"
@@ -317,7 +317,9 @@ async def test_shorter_embeddings_are_zero_padded(ai: FakeAiServer, provider: Ai
 async def test_longer_embeddings_fail_the_job(ai: FakeAiServer, provider: AiProvider) -> None:
     ai.fault = "wrong_dimension"
 
-    with pytest.raises(PermanentJobError, match=r"^embedding has 2048 dimensions, expected at most 1536$"):
+    with pytest.raises(
+        PermanentJobError, match=r"^embedding has 2048 dimensions, expected at most 1536$"
+    ):
         await provider.embed("hello world")
 
 

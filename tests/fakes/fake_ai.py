@@ -201,9 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _error("unknown response_format.json_schema.name"))
             return
         if fault == "missing_field":
-            required = body["response_format"]["json_schema"]["schema"].get("required") or [
-                *answer
-            ]
+            required = body["response_format"]["json_schema"]["schema"].get("required") or [*answer]
             answer = {k: v for k, v in answer.items() if k != required[0]}
         content = "Sure! Here is the JSON you asked for." if fault == "invalid_json" else None
         self._send_json(
@@ -236,8 +234,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fake = self.server.fake
         requested = int(body.get("dimensions") or fake.embedding_dimensions)
-        size = WRONG_DIMENSIONS if fault == "wrong_dimension" else min(
-            requested, fake.embedding_dimensions
+        size = (
+            WRONG_DIMENSIONS
+            if fault == "wrong_dimension"
+            else min(requested, fake.embedding_dimensions)
         )
         vector = FakeAiServer.embedding_for(str(body.get("input", "")), size)
         self._send_json(
@@ -273,9 +273,7 @@ def _error(message: str) -> dict[str, Any]:
 
 def _lines(prompt: str, key: str) -> list[str]:
     prefix = f"{key}:"
-    return [
-        line[len(prefix) :].strip() for line in prompt.splitlines() if line.startswith(prefix)
-    ]
+    return [line[len(prefix) :].strip() for line in prompt.splitlines() if line.startswith(prefix)]
 
 
 def _card_analysis(prompt: str) -> dict[str, Any]:

@@ -192,7 +192,7 @@ class WorkerRuntime:
         except _INFRA_ERRORS:
             raise
         except Exception as exc:  # every other failure is the job's outcome, never a crash
-            reason = cause_chain(exc)
+            reason = f"{job.job_type} failed: {cause_chain(exc)}"
             async with self._sessions() as session, session.begin():
                 await jobs.fail(session, job.job_id, self.worker_id, reason)
             log.warning("job failed", extra={"fields": {"error": reason}})

@@ -15,6 +15,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from san_common.errors import PermanentJobError
+from san_common.models.base import EMBEDDING_DIMENSIONS
+
 from san_ai_worker.ai.schemas import (
     CardAnalysis,
     CardInput,
@@ -27,8 +30,6 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
-from san_common.errors import PermanentJobError
-from san_common.models.base import EMBEDDING_DIMENSIONS
 
 TITLE_MAX = 80
 SUMMARY_MAX = 400
@@ -38,7 +39,8 @@ MAX_RECOMMENDATIONS = 10
 BIGRAM_WEIGHT = 0.5
 
 _WORD = re.compile(r"\w+")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_SENTENCE_ENDS = ".!?\u3002\uff01\uff1f"  # and the CJK full stop, exclamation, question marks
+_SENTENCE_BREAK = re.compile(rf"(?<=[{_SENTENCE_ENDS}])\s+|\n+")
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
 _STOPWORDS = frozenset(
     """
@@ -119,7 +121,9 @@ class LocalProvider:
             parts = [f"## {_one_line(card.title)}", card.summary.strip()]
             if card.category:
                 parts.append(f"Category: {card.category}")
-            tags = [tag for tag in ("-".join(t.lower().lstrip("#").split()) for t in card.tags) if tag]
+            tags = [
+                tag for tag in ("-".join(t.lower().lstrip("#").split()) for t in card.tags) if tag
+            ]
             if tags:
                 parts.append("Tags: " + " ".join(f"#{tag}" for tag in tags))
             sections.append("\n\n".join(part for part in parts if part))
@@ -177,7 +181,7 @@ def embedding_of(text: str) -> list[float]:
     features = [(f"w:{word}", 1 + math.log(n)) for word, n in Counter(words).items()]
     features += [
         (f"b:{a} {b}", BIGRAM_WEIGHT * (1 + math.log(n)))
-        for (a, b), n in Counter(zip(words, words[1:], strict=False)).items()
+        for (a, b), n in Counter(itertools.pairwise(words)).items()
     ]
     vector = [0.0] * EMBEDDING_DIMENSIONS
     for feature, weight in features:
@@ -208,7 +212,7 @@ def _title_and_body(text: str) -> tuple[str, str]:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0].lstrip("#").strip() or lines[0]
     # A short first line without a full stop reads as a heading: it is the title.
-    if len(lines) > 1 and len(first) <= TITLE_MAX and not first.endswith(tuple(".!?。！？")):
+    if len(lines) > 1 and len(first) <= TITLE_MAX and not first.endswith(tuple(_SENTENCE_ENDS)):
         return first, "\n".join(lines[1:])
     return _clip(_sentences(first)[0], TITLE_MAX), text
 

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
+from san_common.errors import JobFailure, PermanentJobError, TransientJobError, redact
+from san_common.models.base import EMBEDDING_DIMENSIONS
 
 from san_ai_worker.ai.schemas import (
     CardAnalysis,
@@ -22,8 +24,6 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
-from san_common.errors import JobFailure, PermanentJobError, TransientJobError, redact
-from san_common.models.base import EMBEDDING_DIMENSIONS
 
 AnswerT = TypeVar("AnswerT", bound=BaseModel)
 
@@ -136,7 +136,11 @@ class OpenAICompatibleProvider:
         return StarRecommendations(recommendations=kept)
 
     async def embed(self, text: str) -> list[float]:
-        payload = {"model": self._embedding_model, "input": text, "dimensions": EMBEDDING_DIMENSIONS}
+        payload = {
+            "model": self._embedding_model,
+            "input": text,
+            "dimensions": EMBEDDING_DIMENSIONS,
+        }
         body = await self._post("/embeddings", payload)
         try:
             raw = body["data"][0]["embedding"]
@@ -189,7 +193,9 @@ class OpenAICompatibleProvider:
         try:
             return response.json()
         except ValueError as exc:
-            raise TransientJobError(f"AI server answered {path} with a body that is not JSON") from exc
+            raise TransientJobError(
+                f"AI server answered {path} with a body that is not JSON"
+            ) from exc
 
     def _status_error(self, path: str, response: httpx.Response) -> JobFailure:
         status = response.status_code

@@ -1,0 +1,241 @@
+"""The ai-worker runtime in-process, fed by the real relay over real RabbitMQ, calling a
+fake OpenAI-compatible server on loopback through the real `openai` provider."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_ai_worker.ai.provider import build_provider
+from san_ai_worker.handlers import build_handlers
+from san_common import metrics
+from san_common.broker.topology import Topology
+from san_common.db.engine import create_engine, create_session_factory
+from san_common.jobs.registration import register_job
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob, KnowledgeCard, OutboxMessage, Scrap, Tag, User
+from san_common.worker import RuntimeConfig, WorkerRuntime
+from san_relay.relay import Relay
+from san_relay.settings import RelaySettings
+from tests.fakes.fake_ai import FakeAiServer
+
+pytestmark = pytest.mark.rabbit
+
+
+@dataclass
+class Harness:
+    sessions: async_sessionmaker[AsyncSession]
+    ai: FakeAiServer
+    worker: WorkerRuntime
+
+    async def scrap(self, content: str) -> Scrap:
+        async with self.sessions() as session, session.begin():
+            user_id = await session.scalar(
+                insert(User).values(external_id=f"w-{uuid.uuid4().hex}").returning(User.id)
+            )
+            scrap = Scrap(
+                user_id=user_id, content=content, content_hash=hashlib.sha256(content.encode()).hexdigest()
+            )
+            session.add(scrap)
+        return scrap
+
+    async def register(self, job_type: JobType, scrap: Scrap) -> uuid.UUID:
+        job = await register_job(self.sessions, job_type=job_type, target_id=scrap.id, user_id=scrap.user_id)
+        return job.job_id
+
+    async def finished(self, job_id: uuid.UUID, timeout: float = 30) -> AsyncJob:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            async with self.sessions() as session:
+                job = await session.get(AsyncJob, job_id)
+            assert job is not None
+            if job.status in ("COMPLETED", "FAILED"):
+                return job
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"job {job_id} still {job.status}")
+
+    def chat_requests(self, schema: str, needle: str) -> int:
+        return sum(
+            1
+            for path, body in self.ai.requests
+            if path.endswith("/chat/completions")
+            and body["response_format"]["json_schema"]["name"] == schema
+            and any(needle in m["content"] for m in body["messages"])
+        )
+
+
+@pytest.fixture
+async def harness(
+    fresh_db_url: str, amqp_url: str, topology: Topology, fake_ai: FakeAiServer
+) -> AsyncIterator[Harness]:
+    engine = create_engine(fresh_db_url, pool_size=10)
+    sessions = create_session_factory(engine)
+    provider = build_provider("openai", base_url=fake_ai.base_url, api_key="sk-test-key-123456", timeout_seconds=0.5)
+    worker = WorkerRuntime(
+        session_factory=sessions,
+        amqp_url=amqp_url,
+        topology=topology,
+        handlers=build_handlers(provider),
+        config=RuntimeConfig(prefetch=10, max_tries=2, backoff_seconds=0.01, lease_seconds=30),
+    )
+    relay = Relay(
+        RelaySettings(database_url=fresh_db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix),
+        sessions,
+        topology,
+    )
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(worker.run(stop)), asyncio.create_task(relay.run(stop))]
+    await asyncio.wait_for(worker.connected.wait(), 20)
+    fake_ai.set_fault(None)
+    fake_ai.chat_override = None
+    try:
+        yield Harness(sessions, fake_ai, worker)
+    finally:
+        fake_ai.set_fault(None)
+        stop.set()
+        await asyncio.gather(*tasks)
+        await provider.aclose()
+        await engine.dispose()
+
+
+async def test_card_analysis_stores_card_with_category_tags_and_embedding(harness: Harness) -> None:
+    scrap = await harness.scrap(f"Rust ownership and borrowing rules {uuid.uuid4()}")
+    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, scrap))
+    assert job.status == "COMPLETED", job.error_message
+    async with harness.sessions() as session:
+        card = await session.scalar(select(KnowledgeCard).where(KnowledgeCard.scrap_id == scrap.id))
+        tags = await session.scalar(select(func.count()).select_from(Tag).where(Tag.user_id == scrap.user_id))
+    assert card is not None and card.title and card.summary
+    assert len(card.embedding) == 1536
+    assert tags and tags > 0
+
+
+async def test_scrap_refine_stores_refined_content(harness: Harness) -> None:
+    scrap = await harness.scrap(f"messy   text\n\n\n\nwith gaps {uuid.uuid4()}")
+    job = await harness.finished(await harness.register(JobType.SCRAP_REFINE, scrap))
+    assert job.status == "COMPLETED", job.error_message
+    async with harness.sessions() as session:
+        refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
+    assert refined
+
+
+async def test_message_published_twice_is_processed_once(harness: Harness) -> None:
+    marker = uuid.uuid4().hex
+    scrap = await harness.scrap(f"Idempotent consumers {marker}")
+    skipped_before = metrics.MESSAGES_SKIPPED.labels("CARD_ANALYSIS")._value.get()
+    async with harness.sessions() as session, session.begin():
+        job = await register_job_in_same_tx_twice(session, scrap)
+    finished = await harness.finished(job)
+    assert finished.status == "COMPLETED"
+
+    async def second_delivery_skipped() -> bool:
+        return metrics.MESSAGES_SKIPPED.labels("CARD_ANALYSIS")._value.get() > skipped_before
+
+    await _eventually(second_delivery_skipped, 20)
+    assert harness.chat_requests("card_analysis", marker) == 1
+    async with harness.sessions() as session:
+        cards = await session.scalar(
+            select(func.count()).select_from(KnowledgeCard).where(KnowledgeCard.scrap_id == scrap.id)
+        )
+    assert cards == 1
+
+
+async def register_job_in_same_tx_twice(session: AsyncSession, scrap: Scrap) -> uuid.UUID:
+    """Register a job, then add a second outbox row carrying the very same envelope, as a
+    relay that crashed between confirm and mark would end up publishing."""
+    from san_common.jobs.registration import register_job_in_transaction
+
+    registered = await register_job_in_transaction(
+        session, job_type=JobType.CARD_ANALYSIS, target_id=scrap.id, user_id=scrap.user_id
+    )
+    original = await session.scalar(
+        select(OutboxMessage).where(OutboxMessage.message_id == registered.message_id)
+    )
+    assert original is not None
+    await session.execute(
+        insert(OutboxMessage).values(
+            message_id=uuid.uuid4(),
+            exchange=original.exchange,
+            routing_key=original.routing_key,
+            body=original.body,
+            headers=original.headers,
+        )
+    )
+    return registered.job_id
+
+
+async def _eventually(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected", "transient"),
+    [
+        ("http_500", "500", True),
+        ("timeout", "tim", True),
+        ("invalid_json", "not valid JSON", True),
+        ("missing_field", "field", True),
+        ("wrong_dimension", "2048", False),
+    ],
+)
+async def test_ai_faults_fail_the_job_with_a_cause_chain_and_the_worker_goes_on(
+    harness: Harness, fault: str, expected: str, transient: bool
+) -> None:
+    harness.ai.delay_seconds = 2.0
+    harness.ai.set_fault(fault)  # type: ignore[arg-type]
+    scrap = await harness.scrap(f"Faulty analysis {fault} {uuid.uuid4()}")
+    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, scrap))
+    assert job.status == "FAILED"
+    assert job.error_message is not None
+    assert expected.lower() in job.error_message.lower(), job.error_message
+    assert job.error_message.startswith("CARD_ANALYSIS failed: ")
+    # transient faults are retried (max_tries=2) before the job is declared failed
+    assert ("gave up after 2 tries" in job.error_message) is transient, job.error_message
+    assert "sk-test-key" not in job.error_message
+    async with harness.sessions() as session:
+        assert await session.scalar(select(KnowledgeCard.id).where(KnowledgeCard.scrap_id == scrap.id)) is None
+
+    harness.ai.set_fault(None)
+    healthy = await harness.scrap(f"After the storm {uuid.uuid4()}")
+    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, healthy))
+    assert job.status == "COMPLETED", job.error_message
+
+
+async def test_transient_failure_is_retried_then_succeeds(harness: Harness) -> None:
+    harness.ai.set_fault("http_500", times=1)
+    scrap = await harness.scrap(f"Retry me {uuid.uuid4()}")
+    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, scrap))
+    assert job.status == "COMPLETED", job.error_message
+
+
+async def test_unreadable_message_is_dead_lettered_not_redelivered_forever(
+    harness: Harness, amqp_url: str, topology: Topology
+) -> None:
+    import aio_pika
+
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel()
+    exchange = await channel.get_exchange(topology.jobs_exchange)
+    await exchange.publish(aio_pika.Message(b"{not json"), routing_key="CARD_ANALYSIS")
+    dead = await channel.get_queue(topology.dead_letter_queue)
+
+    async def dead_lettered() -> bool:
+        message = await dead.get(fail=False, no_ack=True)
+        return message is not None and message.body == b"{not json"
+
+    try:
+        await _eventually(dead_lettered, 20)
+    finally:
+        await connection.close()
