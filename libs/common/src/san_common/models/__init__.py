@@ -3,18 +3,35 @@ repositories of all services agree on one schema (the DB schema is a wire contra
 
 from san_common.models.base import Base
 from san_common.models.cards import Category, KnowledgeCard, Tag, card_tags
+from san_common.models.github import (
+    GithubAccount,
+    GithubOAuthState,
+    GithubRepository,
+    GithubStarRecommendation,
+    TilGithubCommit,
+)
 from san_common.models.jobs import AsyncJob, OutboxMessage
 from san_common.models.scraps import Scrap
+from san_common.models.til import DailySummary, RecallQuiz, RecallQuizGeneration, daily_summary_cards
 from san_common.models.users import User
 
 __all__ = [
     "AsyncJob",
     "Base",
     "Category",
+    "DailySummary",
+    "GithubAccount",
+    "GithubOAuthState",
+    "GithubRepository",
+    "GithubStarRecommendation",
     "KnowledgeCard",
     "OutboxMessage",
+    "RecallQuiz",
+    "RecallQuizGeneration",
     "Scrap",
+    "TilGithubCommit",
     "Tag",
     "User",
     "card_tags",
+    "daily_summary_cards",
 ]

@@ -1,0 +1,31 @@
+"""Migrations are the only source of the schema: they must round-trip and match the models."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+
+from san_common.db.engine import create_engine
+from san_common.db.migrate import downgrade, upgrade
+from san_common.models import Base
+
+
+async def test_upgrade_downgrade_round_trip_and_models_match(fresh_db_url: str) -> None:
+    await asyncio.to_thread(downgrade, fresh_db_url, "base")
+    await asyncio.to_thread(upgrade, fresh_db_url)
+    engine = create_engine(fresh_db_url, pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            diff = await connection.run_sync(
+                lambda sync: compare_metadata(MigrationContext.configure(sync), Base.metadata)
+            )
+            index = await connection.scalar(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'uk_async_jobs_active_target_job_type'")
+            )
+    finally:
+        await engine.dispose()
+    assert diff == [], f"models and migrations disagree: {diff}"
+    assert "UNIQUE" in index and "PENDING" in index and "PROCESSING" in index
