@@ -7,6 +7,7 @@ them, and one set of handlers renders every error â€” including FastAPI's own â€
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -63,7 +64,13 @@ _STATUS_CODES = {
 
 
 def problem(
-    request: Request, status: int, code: str, title: str, detail: str, **extra: Any
+    request: Request,
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
 ) -> JSONResponse:
     body = {
         "type": f"https://san.example/problems/{code.lower().replace('_', '-')}",
@@ -74,8 +81,12 @@ def problem(
         "instance": request.url.path,
         **extra,
     }
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+    response_headers = dict(headers or {})
+    if status == 401:
+        response_headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(
+        body, status_code=status, media_type=PROBLEM_JSON, headers=response_headers
+    )
 
 
 def _describe(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
@@ -106,7 +117,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "HTTP_ERROR")
-        return problem(request, exc.status_code, code, str(exc.detail), str(exc.detail))
+        # keep the exception's headers, e.g. the `Allow` a 405 must carry (RFC 9110)
+        return problem(
+            request, exc.status_code, code, str(exc.detail), str(exc.detail), headers=exc.headers
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -6,14 +6,19 @@ import json
 import time
 
 from prometheus_client import Counter, Histogram
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HTTP_REQUESTS = Counter("san_http_requests_total", "HTTP requests", ["method", "route", "status"])
 HTTP_DURATION = Histogram("san_http_request_duration_seconds", "HTTP request latency", ["method", "route"])
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """An HTTPException so that FastAPI's body reader re-raises it as is (it turns any other
+    exception raised while reading into a 400) and the problem+json handler renders a 413."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request bodies are limited to {max_bytes} bytes")
 
 
 class BodyLimitMiddleware:
@@ -39,7 +44,7 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise _TooLarge
+                    raise _TooLarge(self.max_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:

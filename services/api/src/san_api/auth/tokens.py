@@ -27,4 +27,15 @@ def verify(secret: str, token: str) -> str:
     subject = claims.get("sub")
     if not isinstance(subject, str) or not subject.strip() or len(subject) > 255:
         raise InvalidToken("the token's subject must be a non-empty string")
+    if not _storable(subject):
+        raise InvalidToken("the token's subject must be text without NUL or lone surrogates")
     return subject
+
+
+def _storable(text: str) -> bool:
+    """PostgreSQL text holds neither NUL nor anything that is not valid UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text

@@ -36,7 +36,10 @@ async def save_scrap(
     content = normalize(raw_content)
     if not content:
         raise ValidationFailed("content must not be empty or only whitespace")
-    size = len(content.encode("utf-8"))
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate, e.g. from a JSON "\\ud800" escape
+        raise ValidationFailed("content must be valid Unicode text (no lone surrogates)") from None
     if size > max_bytes:
         raise ContentTooLarge(f"content is {size} bytes; the limit is {max_bytes} bytes")
     if "\x00" in content:

@@ -1,0 +1,16 @@
+"""Fixtures of the API suite (the shared ones live in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from san_api.settings import ApiSettings
+from tests.conftest import api_settings
+
+
+@pytest.fixture
+def settings_for(db_url: str, amqp_url: str) -> Callable[..., ApiSettings]:
+    """API settings on the shared test database, with the given overrides."""
+    return lambda **overrides: api_settings(db_url, amqp_url, **overrides)
