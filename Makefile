@@ -36,7 +36,7 @@ typecheck: setup
 	$(UV) run --frozen mypy libs/common/src services/*/src
 
 bench: setup
-	$(UV) run --frozen pytest -m benchmark -p no:randomly $(PYTEST_ARGS) benchmarks
+	$(UV) run --frozen pytest -m benchmark $(PYTEST_ARGS) benchmarks
 
 clean:
 	rm -rf .venv $(TOOLS) .data .pytest_cache .mypy_cache .ruff_cache
