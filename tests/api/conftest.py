@@ -13,4 +13,9 @@ from tests.conftest import api_settings
 @pytest.fixture
 def settings_for(db_url: str, amqp_url: str) -> Callable[..., ApiSettings]:
     """API settings on the shared test database, with the given overrides."""
-    return lambda **overrides: api_settings(db_url, amqp_url, **overrides)
+
+    def build(**overrides: object) -> ApiSettings:
+        broker = str(overrides.pop("amqp_url", amqp_url))
+        return api_settings(db_url, broker, **overrides)
+
+    return build

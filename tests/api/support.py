@@ -82,7 +82,9 @@ async def footprint(sessions: Sessions, subject: str) -> Footprint:
 
 async def user_id_of(sessions: Sessions, subject: str) -> uuid.UUID:
     async with sessions() as session:
-        user_id = await session.scalar(select(User.id).where(User.external_id == subject))
+        user_id: uuid.UUID | None = await session.scalar(
+            select(User.id).where(User.external_id == subject)
+        )
     assert user_id is not None, f"user {subject!r} was not provisioned"
     return user_id
 

@@ -149,9 +149,7 @@ async def test_a_valid_token_provisions_its_user_once(
     assert owners == {user_ids[0]}
 
 
-async def test_a_token_without_exp_is_accepted(
-    api: httpx.AsyncClient, sessions: Sessions
-) -> None:
+async def test_a_token_without_exp_is_accepted(api: httpx.AsyncClient, sessions: Sessions) -> None:
     """SPEC §8: `exp` is honoured when present; its absence is not an error."""
     subject = "no-exp-" + uuid.uuid4().hex
     headers = {"Authorization": f"Bearer {_hs256({'sub': subject})}"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,7 +26,12 @@ BAD_SCRAP_BODIES: list[tuple[str, dict[str, Any], str, str]] = [
     ("empty-content", {"json": {"content": ""}}, "VALIDATION_ERROR", "empty"),
     ("whitespace-only", {"json": {"content": "  \r\n\t "}}, "VALIDATION_ERROR", "empty"),
     ("only-newlines", {"json": {"content": "\r\n\r\n\n\r"}}, "VALIDATION_ERROR", "empty"),
-    ("malformed-json", {"content": b'{"content": "abc"', "headers": JSON}, "VALIDATION_ERROR", "JSON"),
+    (
+        "malformed-json",
+        {"content": b'{"content": "abc"', "headers": JSON},
+        "VALIDATION_ERROR",
+        "JSON",
+    ),
     ("not-json-at-all", {"content": b"content=abc", "headers": JSON}, "VALIDATION_ERROR", "JSON"),
     ("content-number", {"json": {"content": 123}}, "VALIDATION_ERROR", "content"),
     ("content-null", {"json": {"content": None}}, "VALIDATION_ERROR", "content"),
@@ -171,9 +175,7 @@ async def test_chunked_request_body_over_the_limit_is_413(
             yield b"z" * 1024
         yield b'"}'
 
-    response = await small_api.post(
-        "/scraps", content=chunks(), headers={**headers, **JSON}
-    )
+    response = await small_api.post("/scraps", content=chunks(), headers={**headers, **JSON})
 
     assert "content-length" not in response.request.headers
     body = assert_problem(response, 413, "CONTENT_TOO_LARGE")
@@ -288,3 +290,14 @@ async def test_problem_responses_are_json_even_when_the_client_asks_for_html(
     )
     assert response.headers["content-type"].startswith(PROBLEM_JSON)
     assert response.json()["code"] == "VALIDATION_ERROR"
+
+
+async def test_a_body_with_thousands_of_invalid_fields_gets_a_bounded_answer(
+    api: httpx.AsyncClient, new_user: Callable[[], dict[str, str]]
+) -> None:
+    body = {f"k{i}": i for i in range(5_000)}
+    response = await api.post("/scraps", json=body, headers=new_user())
+    assert response.status_code == 400
+    problem = response.json()
+    assert problem["code"] == "VALIDATION_ERROR"
+    assert 0 < len(problem["errors"]) <= 20

@@ -1,5 +1,6 @@
 """Request dependencies. The session dependency owns the transaction: it commits when the
-endpoint returns and rolls back when it raises, so a request writes all or nothing."""
+endpoint returns (before the response is sent) and rolls back when it raises, so a request
+writes all or nothing."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def get_settings(request: Request) -> ApiSettings:
     return settings
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+# scope="function": commit when the endpoint returns, *before* the response is sent (the
+# default, "request", commits after it), so a 202 is only ever sent for committed rows.
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 
 _bearer = HTTPBearer(auto_error=False)

@@ -18,6 +18,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+# A hostile body can hold thousands of invalid fields; the answer stays small.
+MAX_REPORTED_ERRORS = 20
 
 
 class AppError(Exception):
@@ -51,8 +53,88 @@ class ContentTooLarge(AppError):
     code, status, title = "CONTENT_TOO_LARGE", 413, "The content is too large"
 
 
+class DateInFuture(AppError):
+    code, status, title = "DATE_IN_FUTURE", 400, "The date is after today in the user's time zone"
+
+
+class NoCardsForDate(AppError):
+    code, status, title = "NO_CARDS_FOR_DATE", 422, "The user has no knowledge cards on that date"
+
+
+class TilNotCompleted(AppError):
+    code, status, title = "TIL_NOT_COMPLETED", 400, "The TIL has not been generated yet"
+
+
+# -- GitHub (SPEC §3.3, §4) ------------------------------------------------------------------
+
+
+class GithubNotLinked(AppError):
+    code, status, title = "GITHUB_NOT_LINKED", 400, "No GitHub account is linked"
+
+
+class RepositoryNotConnected(AppError):
+    code, status, title = "REPOSITORY_NOT_CONNECTED", 400, "No GitHub repository is connected"
+
+
+class MultipleRepositories(AppError):
+    code, status, title = (
+        "MULTIPLE_REPOSITORIES",
+        400,
+        "More than one GitHub repository is connected; keep exactly one",
+    )
+
+
+class GithubTokenRejected(AppError):
+    code, status, title = "GITHUB_TOKEN_REJECTED", 400, "GitHub rejected the access token"
+
+
+class GithubRepositoryNotFound(AppError):
+    code, status, title = (
+        "GITHUB_REPOSITORY_NOT_FOUND",
+        400,
+        "The repository does not exist on GitHub or the token cannot see it",
+    )
+
+
+class RepositoryNotWritable(AppError):
+    code, status, title = "REPOSITORY_NOT_WRITABLE", 400, "The token may not push to the repository"
+
+
+class FilePathUnavailable(AppError):
+    code, status, title = "FILE_PATH_UNAVAILABLE", 409, "No free file name is left for this TIL"
+
+
+class OAuthStateInvalid(AppError):
+    code, status, title = (
+        "OAUTH_STATE_INVALID",
+        400,
+        "The OAuth state is missing, unknown, expired or already used",
+    )
+
+
+class OAuthCodeRejected(AppError):
+    code, status, title = "OAUTH_CODE_REJECTED", 400, "GitHub did not accept the authorization"
+
+
+class OAuthNotConfigured(AppError):
+    code, status, title = (
+        "OAUTH_NOT_CONFIGURED",
+        503,
+        "The GitHub OAuth app is not configured (GITHUB_CLIENT_ID, GITHUB_CLIENT_SECRET)",
+    )
+
+
+class GithubUnavailable(AppError):
+    code, status, title = "GITHUB_UNAVAILABLE", 503, "GitHub is unavailable or rate-limiting; retry later"
+
+
+class GithubFailed(AppError):
+    code, status, title = "GITHUB_ERROR", 502, "GitHub answered unexpectedly"
+
+
 _STATUS_CODES = {
-    400: "BAD_REQUEST",
+    # Starlette raises 400 for bodies it cannot parse (bad UTF-8, too deep); same class of error
+    400: "VALIDATION_ERROR",
     401: "UNAUTHORIZED",
     403: "FORBIDDEN",
     404: "NOT_FOUND",
@@ -95,6 +177,7 @@ def _describe(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
         loc = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
         items.append({"field": loc, "message": str(error.get("msg", "invalid"))})
     detail = "; ".join(f"{i['field']}: {i['message']}" for i in items[:5])
+    items = items[:MAX_REPORTED_ERRORS]
     return detail, items
 
 

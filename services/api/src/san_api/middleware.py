@@ -1,4 +1,4 @@
-"""ASGI middleware: request-body size limit and HTTP metrics."""
+"""ASGI middleware: request-body size limit, HTTP metrics and the request's trace span."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import time
 from prometheus_client import Counter, Histogram
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from san_common import tracing
 
 HTTP_REQUESTS = Counter("san_http_requests_total", "HTTP requests", ["method", "route", "status"])
 HTTP_DURATION = Histogram("san_http_request_duration_seconds", "HTTP request latency", ["method", "route"])
@@ -107,3 +109,36 @@ class MetricsMiddleware:
             name = getattr(route, "path", "unmatched")
             HTTP_REQUESTS.labels(scope["method"], name, str(status)).inc()
             HTTP_DURATION.labels(scope["method"], name).observe(time.perf_counter() - started)
+
+
+class TracingMiddleware:
+    """A server span around each request, continuing the caller's `traceparent` if it sent
+    one. Jobs registered inside the request carry this span's context in their envelope."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        method = scope["method"]
+        with tracing.span(method, kind="server", parent=headers) as span:
+            status = 500
+
+            async def tracking_send(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                await self.app(scope, receive, tracking_send)
+            finally:
+                route = getattr(scope.get("route"), "path", None)
+                if route is not None:
+                    span.update_name(f"{method} {route}")
+                    span.set_attribute("http.route", route)
+                span.set_attribute("http.request.method", method)
+                span.set_attribute("http.response.status_code", status)
