@@ -26,5 +26,7 @@ async def get_similar_cards(
     settings: SettingsDep,
     limit: Annotated[int | None, Query(ge=1, le=100, description="K of the fallback")] = None,
 ) -> SimilarCards:
-    rule = service.NeighbourRule(settings.similar_cards_threshold, limit or settings.similar_cards_k)
+    rule = service.NeighbourRule(
+        settings.similar_cards_threshold, limit or settings.similar_cards_k
+    )
     return await service.similar_cards(session, cardId, user.user_id, rule)

@@ -12,7 +12,7 @@ from san_common.models import Category, KnowledgeCard, Tag, card_tags
 
 async def get_by_scrap(
     session: AsyncSession, scrap_id: uuid.UUID, user_id: uuid.UUID
-) -> Row[Any] | None:
+) -> Row[KnowledgeCard, str] | None:
     result = await session.execute(
         select(KnowledgeCard, Category.name)
         .outerjoin(Category, Category.id == KnowledgeCard.category_id)

@@ -6,9 +6,9 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+import san_common.jobs.repository as jobs
 from san_api.deps import CurrentUser, SessionDep
 from san_api.errors import NotFound
-from san_common.jobs import repository as jobs
 
 router = APIRouter(tags=["jobs"])
 

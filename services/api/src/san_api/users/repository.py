@@ -11,7 +11,7 @@ from san_common.models import User
 
 async def provision(session: AsyncSession, external_id: str) -> uuid.UUID:
     """The user's id, creating the row the first time this external id is seen."""
-    created = await session.scalar(
+    created: uuid.UUID | None = await session.scalar(
         insert(User)
         .values(external_id=external_id)
         .on_conflict_do_nothing(index_elements=["external_id"])
@@ -19,6 +19,8 @@ async def provision(session: AsyncSession, external_id: str) -> uuid.UUID:
     )
     if created is not None:
         return created
-    existing = await session.scalar(select(User.id).where(User.external_id == external_id))
+    existing: uuid.UUID | None = await session.scalar(
+        select(User.id).where(User.external_id == external_id)
+    )
     assert existing is not None  # the conflicting row is committed: ON CONFLICT waited for it
     return existing
