@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,10 +11,15 @@ from fastapi import FastAPI
 from san_api import health
 from san_api.cards.endpoints import router as cards_router
 from san_api.errors import install_error_handlers
+from san_api.github.clients import GithubServices
+from san_api.github.endpoints import router as github_router
 from san_api.jobs.endpoints import router as jobs_router
-from san_api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from san_api.middleware import BodyLimitMiddleware, MetricsMiddleware, TracingMiddleware
+from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
 from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
+from san_api.til.endpoints import router as til_router
+from san_common import tracing
 from san_common.db.engine import create_engine, create_session_factory
 
 
@@ -23,10 +29,14 @@ def create_app(settings: ApiSettings) -> FastAPI:
         engine = create_engine(settings.database_url, pool_size=10)
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
+        app.state.github = GithubServices.from_settings(settings)
         try:
             yield
         finally:
+            await app.state.github.aclose()
             await engine.dispose()
+            # uvicorn ends the process by re-raising SIGTERM after this: export spans now
+            await asyncio.to_thread(tracing.flush)
 
     app = FastAPI(
         title="SAN API",
@@ -38,6 +48,15 @@ def create_app(settings: ApiSettings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
     app.add_middleware(MetricsMiddleware)
-    for router in (health.router, scraps_router, cards_router, jobs_router):
+    app.add_middleware(TracingMiddleware)  # outermost: its span covers every other layer
+    for router in (
+        health.router,
+        scraps_router,
+        cards_router,
+        jobs_router,
+        til_router,
+        recall_quizzes_router,
+        github_router,
+    ):
         app.include_router(router)
     return app

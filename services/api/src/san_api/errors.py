@@ -125,7 +125,11 @@ class OAuthNotConfigured(AppError):
 
 
 class GithubUnavailable(AppError):
-    code, status, title = "GITHUB_UNAVAILABLE", 503, "GitHub is unavailable or rate-limiting; retry later"
+    code, status, title = (
+        "GITHUB_UNAVAILABLE",
+        503,
+        "GitHub is unavailable or rate-limiting; retry later",
+    )
 
 
 class GithubFailed(AppError):

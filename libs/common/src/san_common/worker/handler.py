@@ -17,6 +17,10 @@ class JobHandler(Protocol):
 
     Raise `PermanentJobError` / `TransientJobError` (san_common.errors) to steer retries;
     any other exception fails the job with its cause chain.
+
+    Optionally, a handler defines `on_failure(session, job, reason)` (see `FailureHook`):
+    the runtime calls it in the transaction that marks the job FAILED, to fail the job's
+    domain row too.
     """
 
     job_type: ClassVar[JobType]
@@ -26,3 +30,10 @@ class JobHandler(Protocol):
     async def run(self, job: AsyncJob, payload: Any) -> Any: ...
 
     async def store(self, session: AsyncSession, job: AsyncJob, result: Any) -> None: ...
+
+
+class FailureHook(Protocol):
+    """`handler.on_failure`: mark the job's domain row failed. Not called when the job was
+    taken over by another worker (its lease expired), since that worker now owns the row."""
+
+    async def __call__(self, session: AsyncSession, job: AsyncJob, reason: str) -> None: ...

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common import metrics
+from san_common import metrics, tracing
 from san_common.broker.topology import Topology, declare_topology
 from san_common.errors import PermanentJobError, TransientJobError, cause_chain
 from san_common.jobs import repository as jobs
@@ -41,7 +41,7 @@ from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
 from san_common.jobs.types import JobType
 from san_common.logs import log_context
 from san_common.models import AsyncJob
-from san_common.worker.handler import JobHandler
+from san_common.worker.handler import FailureHook, JobHandler
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,11 @@ class RuntimeConfig:
     backoff_seconds: float = 0.5
     max_backoff_seconds: float = 30.0
     drain_seconds: float = 30.0
+    # Waits the remote side asked for (`retry_after`, i.e. rate limits) do not spend
+    # `max_tries`, up to this many per run; a wait longer than `max_retry_after_seconds`
+    # fails the job instead (the recovery sweep re-registers it later).
+    rate_limit_waits: int = 5
+    max_retry_after_seconds: float = 900.0
 
 
 class _LeaseLost(Exception):
@@ -83,6 +88,7 @@ class WorkerRuntime:
         self._inflight: set[asyncio.Task[None]] = set()
         self._lease = timedelta(seconds=config.lease_seconds)
         self.connected = asyncio.Event()
+        metrics.init_worker_series(t.value for t in self._handlers)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
@@ -138,11 +144,24 @@ class WorkerRuntime:
             await message.reject(requeue=False)
             return
 
-        with log_context(
-            job_id=envelope.job_id,
-            job_type=envelope.job_type.value,
-            message_id=envelope.message_id,
-            trace_id=_trace_id(envelope.traceparent),
+        carrier = _trace_carrier(envelope, message)
+        with (
+            tracing.span(
+                f"process {envelope.job_type.value}",
+                kind="consumer",
+                parent=carrier,
+                attributes={
+                    "san.job_id": str(envelope.job_id),
+                    "messaging.message.id": str(envelope.message_id),
+                },
+            ),
+            log_context(
+                job_id=envelope.job_id,
+                job_type=envelope.job_type.value,
+                message_id=envelope.message_id,
+                trace_id=tracing.current_trace_id()
+                or tracing.trace_id_of(carrier.get("traceparent")),
+            ),
         ):
             try:
                 await self._execute(envelope, handler)
@@ -175,6 +194,7 @@ class WorkerRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
         metrics.JOBS_FINISHED.labels(job.job_type, outcome).inc()
+        tracing.annotate(outcome=outcome, attempt=job.attempt)
         metrics.JOB_DURATION.labels(job.job_type).observe(time.monotonic() - started)
 
     async def _settle(self, handler: JobHandler, job: AsyncJob) -> str:
@@ -194,30 +214,67 @@ class WorkerRuntime:
         except Exception as exc:  # every other failure is the job's outcome, never a crash
             reason = f"{job.job_type} failed: {cause_chain(exc)}"
             async with self._sessions() as session, session.begin():
-                await jobs.fail(session, job.job_id, self.worker_id, reason)
+                if await jobs.fail(session, job.job_id, self.worker_id, reason):
+                    await self._on_failure(handler, session, job, reason)
             log.warning("job failed", extra={"fields": {"error": reason}})
             return "failed"
         log.info("job completed")
         return "completed"
 
+    async def _on_failure(
+        self, handler: JobHandler, session: AsyncSession, job: AsyncJob, reason: str
+    ) -> None:
+        """The handler's optional `on_failure` hook, in the transaction that marks the job
+        FAILED, so a domain row never stays PROCESSING behind a failed job. A savepoint
+        keeps a broken hook from undoing the FAILED mark (the job must not stay claimed)."""
+        hook: FailureHook | None = getattr(handler, "on_failure", None)
+        if hook is None:
+            return
+        try:
+            async with session.begin_nested():
+                await hook(session, job, reason)
+        except _INFRA_ERRORS:
+            raise
+        except Exception:
+            log.exception("on_failure hook failed; the job is marked FAILED regardless")
+
     async def _run_with_retries(self, handler: JobHandler, job: AsyncJob, payload: object) -> object:
-        tries = self._config.max_tries
-        for attempt in range(1, tries + 1):
+        config = self._config
+        tries = waits = 0
+        while True:
             try:
                 return await handler.run(job, payload)
             except PermanentJobError:
                 raise
             except (TransientJobError, httpx.TimeoutException, httpx.TransportError) as exc:
-                if attempt == tries:
-                    raise PermanentJobError(f"gave up after {tries} tries") from exc
-                delay = self._backoff(attempt, getattr(exc, "retry_after", None))
+                retry_after: float | None = getattr(exc, "retry_after", None)
+                if retry_after is not None and waits < config.rate_limit_waits:
+                    # Being paced is not failing: wait exactly as told, keep the try budget.
+                    if retry_after > config.max_retry_after_seconds:
+                        raise PermanentJobError(
+                            f"asked to wait {retry_after:.0f}s, more than the "
+                            f"{config.max_retry_after_seconds:.0f}s a job may wait"
+                        ) from exc
+                    waits += 1
+                    delay = max(0.0, retry_after)
+                else:
+                    tries += 1
+                    if tries >= config.max_tries:
+                        raise PermanentJobError(f"gave up after {tries} tries") from exc
+                    delay = self._backoff(tries, retry_after)
                 metrics.JOB_RETRIES.labels(job.job_type).inc()
                 log.info(
                     "transient failure, retrying",
-                    extra={"fields": {"try": attempt, "delay_s": round(delay, 2), "error": cause_chain(exc)}},
+                    extra={
+                        "fields": {
+                            "try": tries,
+                            "rate_limit_waits": waits,
+                            "delay_s": round(delay, 2),
+                            "error": cause_chain(exc),
+                        }
+                    },
                 )
                 await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -247,7 +304,12 @@ class WorkerRuntime:
             log.exception("could not release job on shutdown")
 
 
-def _trace_id(traceparent: str | None) -> str | None:
-    if traceparent and traceparent.count("-") == 3:
-        return traceparent.split("-")[1]
-    return None
+def _trace_carrier(envelope: JobMessage, message: AbstractIncomingMessage) -> dict[str, str]:
+    """The trace context to continue: the relay's publish span (message headers) when the
+    relay traced, else the registering request's (the envelope)."""
+    headers = message.headers or {}
+    if headers.get("traceparent"):
+        raw = {k: headers.get(k) for k in ("traceparent", "tracestate")}
+    else:
+        raw = {"traceparent": envelope.traceparent, "tracestate": envelope.tracestate}
+    return {k: v.decode() if isinstance(v, bytes) else str(v) for k, v in raw.items() if v}

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 from san_ai_worker.ai.provider import AiProvider
 from san_ai_worker.handlers.card_analysis import CardAnalysisHandler
+from san_ai_worker.handlers.recall_quiz import RecallQuizHandler
 from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
+from san_ai_worker.handlers.star_recommendation import StarRecommendationHandler
+from san_ai_worker.handlers.til_generation import TilGenerationHandler
+from san_common.crypto import TokenCipher
+from san_common.github import GithubClient
 from san_common.jobs.types import JobType
 from san_common.worker import JobHandler
 
 
-def build_handlers(ai: AiProvider) -> dict[JobType, JobHandler]:
-    handlers: list[JobHandler] = [CardAnalysisHandler(ai), ScrapRefineHandler(ai)]
+def build_handlers(
+    ai: AiProvider, *, github: GithubClient | None = None, cipher: TokenCipher | None = None
+) -> dict[JobType, JobHandler]:
+    """Every AI job type; GITHUB_STAR_RECOMMENDATION only with GitHub access (`main` always
+    gives it; test harnesses of the other job types may leave it out)."""
+    handlers: list[JobHandler] = [
+        CardAnalysisHandler(ai),
+        ScrapRefineHandler(ai),
+        TilGenerationHandler(ai),
+        RecallQuizHandler(ai),
+    ]
+    if github is not None and cipher is not None:
+        handlers.append(StarRecommendationHandler(ai, github, cipher))
     return {h.job_type: h for h in handlers}

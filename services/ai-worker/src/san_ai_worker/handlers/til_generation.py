@@ -1,0 +1,68 @@
+"""TIL_GENERATION: the day's cards → AI TIL document + embedding → `daily_summaries` (SPEC §3.2)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from typing import ClassVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_ai_worker import repository
+from san_ai_worker.ai.provider import AiProvider
+from san_ai_worker.ai.schemas import CardInput, Til
+from san_ai_worker.handlers.day_cards import card_input, load_day_cards
+from san_common.errors import PermanentJobError
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob
+
+
+@dataclass(frozen=True)
+class _Day:
+    target_date: date
+    card_ids: list[uuid.UUID]
+    cards: list[CardInput]
+
+
+@dataclass(frozen=True)
+class _Written:
+    til: Til
+    embedding: list[float]
+    card_ids: list[uuid.UUID]
+
+
+class TilGenerationHandler:
+    job_type: ClassVar[JobType] = JobType.TIL_GENERATION
+
+    def __init__(self, ai: AiProvider) -> None:
+        self._ai = ai
+
+    async def load(self, session: AsyncSession, job: AsyncJob) -> _Day:
+        summary = await repository.get_summary(session, job.target_id)
+        if summary is None:
+            raise PermanentJobError(f"daily summary {job.target_id} does not exist")
+        cards = await load_day_cards(session, summary.user_id, summary.target_date)
+        await repository.set_summary_status(session, summary.id, "PROCESSING")
+        return _Day(summary.target_date, [c.card_id for c in cards], [card_input(c) for c in cards])
+
+    async def run(self, job: AsyncJob, day: _Day) -> _Written:
+        til = await self._ai.write_til(day.target_date, day.cards)
+        embedding = await self._ai.embed(f"{til.title}\n\n{til.tilMarkdown}")
+        return _Written(til, embedding, day.card_ids)
+
+    async def store(self, session: AsyncSession, job: AsyncJob, written: _Written) -> None:
+        stored = await repository.complete_summary(
+            session,
+            job.target_id,
+            title=written.til.title,
+            til_markdown=written.til.tilMarkdown,
+            embedding=written.embedding,
+            card_ids=written.card_ids,
+        )
+        if not stored:
+            raise PermanentJobError(f"daily summary {job.target_id} was deleted during generation")
+
+    async def on_failure(self, session: AsyncSession, job: AsyncJob, reason: str) -> None:
+        # The previous document (of a regenerated TIL) stays; only the status says it failed.
+        await repository.set_summary_status(session, job.target_id, "FAILED", reason)
