@@ -23,6 +23,8 @@ from san_common.db.migrate import upgrade
 from tests import infra
 
 JWT_SECRET = "test-secret-" + "x" * 40
+# base64url of 32 bytes: the test runs' TOKEN_ENCRYPTION_KEYS (san_common.crypto)
+TOKEN_KEYS = "JqSQtt2DE8ApEO7q32BRyUIvVvRANJ0fPxXRu7AQrSA"
 
 
 async def _admin(server_url: str, sql: str) -> None:
@@ -130,7 +132,7 @@ def api_settings(db_url: str, amqp_url: str, **overrides: object) -> ApiSettings
         amqp_url=amqp_url,
         auth_jwt_secret=JWT_SECRET,
         san_env="test",
-        **overrides,  # type: ignore[arg-type]
+        **{"token_encryption_keys": TOKEN_KEYS, **overrides},  # type: ignore[arg-type]
     )
 
 

@@ -14,13 +14,21 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from pydantic_settings import BaseSettings
 
 from san_common.errors import redact
+from san_common.tracing import current_trace_id
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "san_log_context", default=None
 )
 _service = "san"
+# Exact values (JWT secret, API keys, passwords) that must never reach a log line; the
+# patterns in `redact` catch tokens by shape, these catch secrets of any shape.
+_secrets: tuple[str, ...] = ()
+_SECRET_FIELD_HINTS = ("secret", "password", "token", "api_key", "encryption_key")
 
 
 @contextlib.contextmanager
@@ -40,30 +48,67 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "service": _service,
             "logger": record.name,
-            "msg": redact(record.getMessage()),
-            **(_context.get() or {}),
+            "msg": _redact(record.getMessage()),
+            **_bound(),
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            line.update({k: v if isinstance(v, int | float | bool) else str(v) for k, v in extra.items()})
+            line.update(
+                {
+                    k: v if isinstance(v, int | float | bool) else _redact(str(v))
+                    for k, v in extra.items()
+                }
+            )
         if record.exc_info:
-            line["exc"] = redact(self.formatException(record.exc_info))
+            line["exc"] = _redact(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False)
 
 
 class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        ctx = {**(_context.get() or {}), **(getattr(record, "fields", None) or {})}
+        ctx = {**_bound(), **(getattr(record, "fields", None) or {})}
         tail = " ".join(f"{k}={v}" for k, v in ctx.items())
-        text = f"{_service:<13} {record.levelname:<7} {redact(record.getMessage())} {tail}".rstrip()
+        text = _redact(
+            f"{_service:<13} {record.levelname:<7} {record.getMessage()} {tail}".rstrip()
+        )
         if record.exc_info:
-            text += "\n" + redact(self.formatException(record.exc_info))
+            text += "\n" + _redact(self.formatException(record.exc_info))
         return text
 
 
-def configure_logging(service: str, *, fmt: str = "json", level: str = "INFO") -> None:
-    global _service
+def _bound() -> dict[str, Any]:
+    """The bound job context, plus the current trace id when a span is active."""
+    fields = _context.get() or {}
+    if "trace_id" not in fields and (trace_id := current_trace_id()):
+        return {**fields, "trace_id": trace_id}
+    return fields
+
+
+def _redact(text: str) -> str:
+    return redact(text, _secrets)
+
+
+def secret_values(settings: BaseSettings) -> tuple[str, ...]:
+    """The values of a settings object's secret-looking fields and the passwords inside its
+    URLs: what `configure_logging` must keep out of every line."""
+    found: list[str] = []
+    for name, value in settings.model_dump().items():
+        if not isinstance(value, str) or not value:
+            continue
+        if any(hint in name for hint in _SECRET_FIELD_HINTS):
+            found.extend(part.strip() for part in value.split(","))
+        elif "://" in value and (password := urlsplit(value).password):
+            found.append(unquote(password))
+    # a short value (a default "guest") would redact ordinary words
+    return tuple(sorted({s for s in found if len(s) >= 8}, key=len, reverse=True))
+
+
+def configure_logging(
+    service: str, *, fmt: str = "json", level: str = "INFO", secrets: tuple[str, ...] = ()
+) -> None:
+    global _service, _secrets
     _service = service
+    _secrets = secrets
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else ConsoleFormatter())
     root = logging.getLogger()
@@ -72,3 +117,5 @@ def configure_logging(service: str, *, fmt: str = "json", level: str = "INFO") -
     # Their INFO lines narrate every connection; ours say what matters.
     for noisy in ("aiormq", "aio_pika", "httpx", "httpcore", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Python warnings become log lines too, so stderr carries nothing but the chosen format.
+    logging.captureWarnings(True)

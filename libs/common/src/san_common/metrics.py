@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 JOBS_REGISTERED = Counter("san_jobs_registered_total", "Jobs registered", ["job_type"])
@@ -37,3 +39,51 @@ OUTBOX_OLDEST_AGE = Gauge(
 )
 OUTBOX_CLEANED = Counter("san_outbox_cleaned_total", "Published outbox rows deleted")
 
+OUTBOX_PUBLISH_LAG = Histogram(
+    "san_outbox_publish_lag_seconds",
+    "Time from the outbox row's commit to the broker's confirm",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+QUEUE_MESSAGES = Gauge(
+    "san_queue_messages_ready", "Messages ready in a broker queue (polled by the relay)", ["queue"]
+)
+
+# Recovery sweeps (services/recovery); `sweep` is ghost, failed, orphans, unrefined, daily-til.
+RECOVERY_JOBS_FOUND = Counter(
+    "san_recovery_jobs_found_total", "Candidates a recovery sweep found", ["sweep", "job_type"]
+)
+RECOVERY_JOBS_REGISTERED = Counter(
+    "san_recovery_jobs_registered_total",
+    "Jobs a recovery sweep registered or re-registered",
+    ["sweep", "job_type"],
+)
+RECOVERY_JOBS_GIVEN_UP = Counter(
+    "san_recovery_jobs_given_up_total",
+    "Jobs a recovery sweep stopped retrying (retry cap, target gone or complete)",
+    ["sweep", "job_type"],
+)
+RECOVERY_SWEEP_RUNS = Counter(
+    "san_recovery_sweep_runs_total",
+    "Sweep runs by result (done, locked, error)",
+    ["sweep", "result"],
+)
+RECOVERY_LAST_SUCCESS = Gauge(
+    "san_recovery_last_success_timestamp_seconds", "When a sweep last ran to the end", ["sweep"]
+)
+
+JOB_OUTCOMES = ("completed", "failed", "lease_lost")
+DEAD_LETTER_REASONS = ("unreadable", "unroutable")
+
+
+def init_worker_series(job_types: Iterable[str]) -> None:
+    """Create a worker's labelled series at zero, so `/metrics` shows them before the first
+    event and `rate()`/`increase()` alerts see the first failure as a change."""
+    for job_type in job_types:
+        for outcome in JOB_OUTCOMES:
+            JOBS_FINISHED.labels(job_type, outcome)
+        JOB_RETRIES.labels(job_type)
+        MESSAGES_SKIPPED.labels(job_type)
+        JOB_DURATION.labels(job_type)
+        JOB_QUEUE_WAIT.labels(job_type)
+    for reason in DEAD_LETTER_REASONS:
+        MESSAGES_DEAD_LETTERED.labels(reason)

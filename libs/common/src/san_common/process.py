@@ -11,9 +11,10 @@ import aio_pika
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from san_common.logs import configure_logging
+from san_common.logs import configure_logging, secret_values
 from san_common.probes import ProbeServer, ReadinessCheck
 from san_common.settings import ServiceSettings
+from san_common.tracing import configure_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,13 @@ async def serve(
     ready: ReadinessCheck,
 ) -> None:
     """Run `work(stop)` with probes up, until a signal sets `stop` and `work` returns."""
-    configure_logging(settings.service_name, fmt=settings.log_format, level=settings.log_level)
+    configure_logging(
+        settings.service_name,
+        fmt=settings.log_format,
+        level=settings.log_level,
+        secrets=secret_values(settings),
+    )
+    configure_tracing(settings)
     stop = asyncio.Event()
     stop_on_signals(stop)
     probes = ProbeServer(settings.probe_host, settings.probe_port, ready)
@@ -51,3 +58,5 @@ async def serve(
         await work(stop)
     finally:
         await probes.stop()
+        # flushing exports over HTTP: off the event loop
+        await asyncio.to_thread(shutdown_tracing)

@@ -35,6 +35,12 @@ class ServiceSettings(BaseSettings):
     probe_port: int = Field(
         default=0, ge=0, le=65535, description="/healthz, /readyz, /metrics; 0 picks a free port"
     )
+    tracing_enabled: bool = Field(
+        default=False, description="OpenTelemetry tracing (also on when an OTLP endpoint is set)"
+    )
+    otel_exporter_otlp_endpoint: str = Field(
+        default="", description="OTLP/HTTP collector, e.g. http://otel-collector:4318"
+    )
 
     @model_validator(mode="after")
     def _database_required_in_production(self) -> ServiceSettings:

@@ -8,7 +8,9 @@ from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
 from san_common.broker.topology import Topology
+from san_common.crypto import TokenCipher
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.github import GithubClient
 from san_common.process import readiness, serve
 from san_common.worker import RuntimeConfig, WorkerRuntime
 
@@ -23,11 +25,14 @@ async def amain(settings: AiWorkerSettings) -> None:
         embedding_model=settings.ai_embedding_model,
         timeout_seconds=settings.ai_timeout_seconds,
     )
+    github = GithubClient(settings.github_api_url, timeout_seconds=settings.github_timeout_seconds)
     runtime = WorkerRuntime(
         session_factory=create_session_factory(engine),
         amqp_url=settings.amqp_url,
         topology=Topology(settings.amqp_prefix),
-        handlers=build_handlers(ai),
+        handlers=build_handlers(
+            ai, github=github, cipher=TokenCipher.from_setting(settings.token_encryption_keys)
+        ),
         config=RuntimeConfig(
             prefetch=settings.worker_prefetch,
             lease_seconds=settings.worker_lease_seconds,
@@ -39,6 +44,7 @@ async def amain(settings: AiWorkerSettings) -> None:
     try:
         await serve(settings, runtime.run, readiness(engine, settings.amqp_url))
     finally:
+        await github.aclose()
         await ai.aclose()
         await engine.dispose()
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from san_common.crypto import resolve_keys
 from san_common.local_secrets import PLACEHOLDERS, local_secret
 from san_common.settings import ServiceSettings
 
@@ -15,6 +16,20 @@ class ApiSettings(ServiceSettings):
     request_max_bytes: int = Field(default=1_000_000, ge=1024, description="Any request body")
     similar_cards_threshold: float = Field(default=0.5, ge=0, le=2)
     similar_cards_k: int = Field(default=10, ge=1, le=100)
+    # GitHub (SPEC §4, §8)
+    github_api_url: str = "https://api.github.com"
+    github_oauth_url: str = "https://github.com"
+    github_client_id: str = ""
+    github_client_secret: str = Field(default="", repr=False)
+    github_oauth_redirect_url: str = Field(
+        default="", description="Callback URL sent to GitHub; empty uses the OAuth app's own"
+    )
+    github_oauth_state_ttl_seconds: int = Field(default=600, ge=30, le=3600)
+    github_timeout_seconds: float = Field(default=10.0, gt=0)
+    til_commit_max_path_suffix: int = Field(
+        default=20, ge=0, le=1000, description="TIL/2026-12-02.md, then -1 … -N, then 409"
+    )
+    token_encryption_keys: str = Field(default="", repr=False)
 
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:
@@ -25,4 +40,12 @@ class ApiSettings(ServiceSettings):
                 object.__setattr__(
                     self, "auth_jwt_secret", local_secret(self.data_dir, "auth_jwt_secret")
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _token_keys(self) -> ApiSettings:
+        resolved = resolve_keys(
+            self.token_encryption_keys, san_env=self.san_env, data_dir=self.data_dir
+        )
+        object.__setattr__(self, "token_encryption_keys", resolved)
         return self

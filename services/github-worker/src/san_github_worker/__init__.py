@@ -1,1 +1,1 @@
-"""Consumes TIL_GITHUB_COMMIT."""
+"""github-worker: consumes TIL_GITHUB_COMMIT with its own queue and pool (SPEC §2.5)."""

@@ -17,14 +17,14 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import aio_pika
 import asyncpg
-from aio_pika.abc import AbstractChannel, AbstractExchange
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common import metrics
+from san_common import metrics, tracing
 from san_common.broker.topology import Topology, declare_topology
 from san_common.db.engine import plain_url
 from san_common.models import OutboxMessage
@@ -54,6 +54,7 @@ class Relay:
         connection = await aio_pika.connect_robust(self._settings.amqp_url)
         listener = await self._listen()
         cleaner = asyncio.create_task(self._clean_periodically(stop))
+        observer = asyncio.create_task(self._observe_periodically(stop, connection))
         try:
             channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
             await declare_topology(channel, self._topology)
@@ -64,9 +65,10 @@ class Relay:
                 if published < self._settings.relay_batch_size:
                     await self._sleep(stop)
         finally:
-            cleaner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await cleaner
+            for task in (cleaner, observer):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await listener.close()
             await connection.close()
             log.info("relay stopped")
@@ -80,6 +82,11 @@ class Relay:
             confirmed = await self._publish(channel, rows)
             await repository.mark_published(session, confirmed)
         metrics.OUTBOX_PUBLISHED.inc(len(confirmed))
+        confirmed_at, confirmed_ids = datetime.now(UTC), set(confirmed)
+        for row in rows:
+            if row.id in confirmed_ids:
+                lag = (confirmed_at - row.created_at).total_seconds()
+                metrics.OUTBOX_PUBLISH_LAG.observe(max(0.0, lag))
         if len(confirmed) < len(rows):
             metrics.OUTBOX_PUBLISH_FAILURES.inc(len(rows) - len(confirmed))
             log.warning(
@@ -91,21 +98,33 @@ class Relay:
     async def _publish(self, channel: AbstractChannel, rows: Sequence[OutboxMessage]) -> list[int]:
         async def publish(row: OutboxMessage) -> int:
             exchange = await self._exchange(channel, row.exchange)
-            message = aio_pika.Message(
-                body=json.dumps(row.body, separators=(",", ":")).encode(),
-                content_type="application/json",
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                message_id=str(row.message_id),
-                timestamp=row.created_at,
-                type=row.routing_key,
-                headers={**row.headers, **_trace_headers(row.body)},
-            )
-            await exchange.publish(
-                message,
-                routing_key=row.routing_key,
-                mandatory=True,
-                timeout=self._settings.relay_publish_timeout_seconds,
-            )
+            # The publish span continues the registering request's trace (the envelope's
+            # traceparent); the worker continues from this span (the message headers).
+            with tracing.span(
+                f"publish {row.routing_key}",
+                kind="producer",
+                parent=row.body,
+                attributes={"messaging.message.id": str(row.message_id)},
+            ):
+                message = aio_pika.Message(
+                    body=json.dumps(row.body, separators=(",", ":")).encode(),
+                    content_type="application/json",
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    message_id=str(row.message_id),
+                    timestamp=row.created_at,
+                    type=row.routing_key,
+                    headers={
+                        **row.headers,
+                        **_trace_headers(row.body),
+                        **tracing.current_trace_context(),
+                    },
+                )
+                await exchange.publish(
+                    message,
+                    routing_key=row.routing_key,
+                    mandatory=True,
+                    timeout=self._settings.relay_publish_timeout_seconds,
+                )
             return row.id
 
         # All confirms in flight at once: awaiting them one by one caps the relay at
@@ -154,19 +173,46 @@ class Relay:
         while True:
             async with self._sessions() as session, session.begin():
                 count = await repository.delete_published_before(session, retention, 1000)
-                backlog, oldest = await repository.backlog(session)
             deleted += count
             if count < 1000:
                 break
         metrics.OUTBOX_CLEANED.inc(deleted)
-        metrics.OUTBOX_BACKLOG.set(backlog)
-        metrics.OUTBOX_OLDEST_AGE.set(oldest)
         if deleted:
             log.info(
                 "outbox cleaned",
                 extra={"fields": {"deleted": deleted, "ms": int((time.monotonic() - started) * 1000)}},
             )
         return deleted
+
+
+    async def _observe_periodically(
+        self, stop: asyncio.Event, connection: AbstractConnection
+    ) -> None:
+        """Every few seconds: outbox backlog and oldest age, and the queues' depths, so an
+        alert sees a stuck relay or a growing queue while it happens."""
+        channel: AbstractChannel | None = None
+        while not stop.is_set():
+            try:
+                await self.observe_outbox()
+                if channel is None or channel.is_closed:
+                    channel = await connection.channel()
+                await self._observe_queues(channel)
+            except Exception:  # measuring is best effort; the next round retries
+                log.warning("could not measure the outbox or the queues", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._settings.relay_metrics_interval_seconds)
+
+    async def observe_outbox(self) -> None:
+        async with self._sessions() as session:
+            backlog, oldest = await repository.backlog(session)
+        metrics.OUTBOX_BACKLOG.set(backlog)
+        metrics.OUTBOX_OLDEST_AGE.set(oldest)
+
+    async def _observe_queues(self, channel: AbstractChannel) -> None:
+        for name in self._topology.all_queue_names():
+            # passive: a queue that vanished closes this channel, never re-creates the queue
+            queue = await channel.declare_queue(name, passive=True)
+            metrics.QUEUE_MESSAGES.labels(name).set(queue.declaration_result.message_count or 0)
 
 
 def _trace_headers(body: dict[str, object]) -> dict[str, str]:

@@ -14,3 +14,6 @@ class RelaySettings(ServiceSettings):
     relay_publish_timeout_seconds: float = Field(default=10.0, gt=0)
     outbox_retention_hours: float = Field(default=24.0, ge=0)
     outbox_cleanup_interval_seconds: float = Field(default=300.0, gt=0)
+    relay_metrics_interval_seconds: float = Field(
+        default=5.0, gt=0, description="How often the outbox backlog and queue depths are measured"
+    )

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from san_common import metrics
 from san_common.jobs.envelope import JobMessage
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, OutboxMessage
@@ -101,6 +102,9 @@ async def register_job_in_transaction(
             headers={},
         )
     )
+    # Counted when added to the transaction: a caller that rolls back afterwards (rare:
+    # the caller's own later failure) is counted too.
+    metrics.JOBS_REGISTERED.labels(job_type.value).inc()
     return RegisteredJob(job_id, job_type, target_id, message.message_id)
 
 

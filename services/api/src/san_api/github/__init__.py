@@ -1,0 +1,1 @@
+"""GitHub: account linking (token or OAuth), repositories, TIL commits, star recommendations."""

@@ -1,0 +1,99 @@
+"""The OAuth web flow (SPEC §4): an unguessable single-use `state` proves, at the callback,
+which user started the flow; PKCE (S256) proves the code is exchanged by whoever asked for
+it. Only the state's SHA-256 is stored, with the PKCE verifier encrypted for that user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_api import errors
+from san_api.github import repository, service
+from san_api.github.clients import GithubServices
+from san_api.github.upstream import github_errors
+from san_api.settings import ApiSettings
+from san_common.crypto import DecryptionFailed, Purpose
+from san_common.github import (
+    GithubPermanentError,
+    code_challenge,
+    new_code_verifier,
+    new_state,
+)
+from san_common.models import GithubAccount
+
+
+def state_hash(state: str) -> str:
+    return hashlib.sha256(state.encode("utf-8")).hexdigest()
+
+
+async def start(
+    session: AsyncSession, github: GithubServices, settings: ApiSettings, user_id: uuid.UUID
+) -> tuple[str, datetime]:
+    """The authorize URL to send the browser to, and when it stops being accepted."""
+    if not github.oauth.configured:
+        raise errors.OAuthNotConfigured()
+    state, verifier = new_state(), new_code_verifier()
+    expires_at = datetime.now(UTC) + timedelta(seconds=settings.github_oauth_state_ttl_seconds)
+    await repository.prune_oauth_states(session, user_id)
+    await repository.insert_oauth_state(
+        session,
+        state_hash=state_hash(state),
+        user_id=user_id,
+        encrypted_code_verifier=github.cipher.encrypt(
+            verifier, user_id=user_id, purpose=Purpose.OAUTH_VERIFIER
+        ),
+        expires_at=expires_at,
+    )
+    url = github.oauth.authorize_url(
+        state=state,
+        challenge=code_challenge(verifier),
+        redirect_uri=settings.github_oauth_redirect_url or None,
+    )
+    return url, expires_at
+
+
+async def finish(
+    session: AsyncSession,
+    github: GithubServices,
+    settings: ApiSettings,
+    *,
+    code: str | None,
+    state: str | None,
+    error: str | None,
+) -> GithubAccount:
+    """The callback: consume the state, exchange the code, validate and store the token.
+
+    The state is marked used in the request's transaction: a callback that fails leaves
+    nothing written, and one that succeeds can never be replayed.
+    """
+    if not state:
+        raise errors.OAuthStateInvalid("the callback has no state")
+    consumed = await repository.consume_oauth_state(session, state_hash(state))
+    if consumed is None:
+        raise errors.OAuthStateInvalid("the state is unknown, expired or already used")
+    if error:
+        raise errors.OAuthCodeRejected(f"GitHub reported '{error[:80]}'; start the link again")
+    if not code:
+        raise errors.OAuthCodeRejected("the callback has no code")
+    try:
+        verifier = github.cipher.decrypt(
+            consumed.encrypted_code_verifier,
+            user_id=consumed.user_id,
+            purpose=Purpose.OAUTH_VERIFIER,
+        )
+    except DecryptionFailed:
+        raise errors.OAuthStateInvalid("the state can no longer be verified; start again") from None
+    with github_errors():
+        try:
+            token = await github.oauth.exchange_code(
+                code=code,
+                verifier=verifier,
+                redirect_uri=settings.github_oauth_redirect_url or None,
+            )
+        except GithubPermanentError as exc:
+            raise errors.OAuthCodeRejected(str(exc)) from None
+    return await service.link(session, github, consumed.user_id, token)

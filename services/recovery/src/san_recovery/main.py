@@ -1,0 +1,112 @@
+"""`san-recovery`: the recovery sweeps and the daily TIL batch.
+
+    san-recovery                 # = serve: run the sweeps on their schedules (make run)
+    san-recovery serve
+    san-recovery run SWEEP... [--json]   # once, e.g. from a Kubernetes CronJob
+
+SWEEP is ghost, failed, orphans, unrefined, daily-til or all. `run` prints what each sweep
+did and exits 0, or 1 when a sweep (or one of its candidates) failed; a bad name exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from san_common.db.engine import create_engine, create_session_factory
+from san_common.logs import configure_logging
+from san_common.probes import ReadinessCheck
+from san_common.process import serve
+from san_recovery.runner import run_sweeps
+from san_recovery.scheduler import Plan, Scheduler
+from san_recovery.settings import RecoverySettings
+from san_recovery.sweeps import ALL, DAILY, PERIODIC, Sweep
+
+_CHOICES = [s.value for s in Sweep] + ["all"]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="san-recovery", description="Recovery sweeps and the daily TIL batch (SPEC §2.7)."
+    )
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="run the sweeps on their schedules (the default)")
+    once = commands.add_parser("run", help="run sweeps once and print what they did")
+    once.add_argument(
+        "sweeps", nargs="+", choices=_CHOICES, metavar="SWEEP",
+        help=f"one or more of {', '.join(_CHOICES)} (all = every sweep, in order)",
+    )  # fmt: skip
+    once.add_argument("--json", action="store_true", help="print one JSON document")
+    return parser.parse_args(argv)
+
+
+async def run_once(settings: RecoverySettings, sweeps: Sequence[Sweep], *, as_json: bool) -> int:
+    """Run `sweeps` once, print what they did; the exit code (0 = every sweep succeeded)."""
+    engine = create_engine(settings.database_url, pool_size=2)
+    try:
+        reports = await run_sweeps(create_session_factory(engine), sweeps, policy=settings.policy())
+    finally:
+        await engine.dispose()
+    ok = all(r.ok for r in reports)
+    if as_json:
+        print(json.dumps({"ok": ok, "sweeps": [r.as_dict() for r in reports]}))
+    else:
+        for report in reports:
+            print(report.line())
+    return 0 if ok else 1
+
+
+async def run_scheduler(settings: RecoverySettings) -> None:
+    engine = create_engine(settings.database_url, pool_size=2)
+    sessions = create_session_factory(engine)
+    policy = settings.policy()
+    plans = [
+        Plan(settings.recovery_schedule, PERIODIC),
+        Plan(settings.recovery_til_schedule, DAILY),
+    ]
+
+    async def work(stop: asyncio.Event) -> None:
+        async def run(sweeps: Sequence[Sweep], _scheduled_at: datetime) -> None:
+            # Not the scheduled time: each sweep reads the clock when it starts.
+            await run_sweeps(sessions, sweeps, policy=policy, stop=stop)
+
+        await Scheduler(plans, run).run(stop)
+
+    try:
+        await serve(settings, work, _database_ready(engine))
+    finally:
+        await engine.dispose()
+
+
+def _database_ready(engine: AsyncEngine) -> ReadinessCheck:
+    """Recovery needs only the database: it publishes through the outbox, never the broker."""
+
+    async def check() -> bool:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        return True
+
+    return check
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = RecoverySettings()
+    if args.command in (None, "serve"):
+        asyncio.run(run_scheduler(settings))
+        return
+    configure_logging(settings.service_name, fmt=settings.log_format, level=settings.log_level)
+    # Always in the canonical order: ghosts first, so their re-registrations supersede.
+    sweeps = tuple(s for s in ALL if "all" in args.sweeps or s.value in args.sweeps)
+    raise SystemExit(asyncio.run(run_once(settings, sweeps, as_json=args.json)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""Queries of the recovery sweeps. Nothing here commits; the runner owns the transaction."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from enum import StrEnum
+
+from sqlalchemy import and_, exists, false, func, or_, select, text, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from san_common.errors import MAX_ERROR_MESSAGE
+from san_common.jobs.types import JobStatus, JobType
+from san_common.models import (
+    AsyncJob,
+    DailySummary,
+    KnowledgeCard,
+    RecallQuizGeneration,
+    Scrap,
+    TilGithubCommit,
+    User,
+)
+
+# Every message recovery writes when it stops retrying starts with this, so the failed
+# sweep can tell a settled failure from one it still has to look at. Worker messages start
+# with "<JOB_TYPE> failed:" and ghost messages with "ghost job:", so nothing else matches.
+GAVE_UP_PREFIX = "recovery gave up"
+
+_PENDING, _PROCESSING = JobStatus.PENDING.value, JobStatus.PROCESSING.value
+_FAILED, _COMPLETED = JobStatus.FAILED.value, JobStatus.COMPLETED.value
+
+# Tables whose `status` mirrors the status of the job that targets them.
+_MIRRORS: dict[JobType, type[DailySummary] | type[RecallQuizGeneration] | type[TilGithubCommit]] = {
+    JobType.TIL_GENERATION: DailySummary,
+    JobType.RECALL_QUIZ_GENERATION: RecallQuizGeneration,
+    JobType.TIL_GITHUB_COMMIT: TilGithubCommit,
+}
+
+
+async def try_sweep_lock(session: AsyncSession, sweep: str) -> bool:
+    """Transaction-scoped advisory lock per sweep: one run of a sweep at a time, across
+    replicas. Taken before any candidate query, so (READ COMMITTED) the holder sees what
+    the previous holder committed."""
+    locked = await session.scalar(
+        text("SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))"),
+        {"key": f"san.recovery:{sweep}"},
+    )
+    return bool(locked)
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+async def ghost_candidates(
+    session: AsyncSession,
+    *,
+    pending_before: datetime,
+    started_before: datetime,
+    lease_expired_before: datetime,
+    limit: int,
+) -> list[AsyncJob]:
+    """PENDING jobs untouched since `pending_before`, PROCESSING jobs started before
+    `started_before` or whose lease ran out before `lease_expired_before`; locked, and
+    rows another transaction holds (a worker settling the job, another sweep) skipped."""
+    return list(
+        await session.scalars(
+            select(AsyncJob)
+            .where(
+                or_(
+                    and_(AsyncJob.status == _PENDING, AsyncJob.updated_at < pending_before),
+                    and_(
+                        AsyncJob.status == _PROCESSING,
+                        or_(
+                            func.coalesce(AsyncJob.started_at, AsyncJob.updated_at)
+                            < started_before,
+                            AsyncJob.lease_expires_at < lease_expired_before,
+                        ),
+                    ),
+                )
+            )
+            .order_by(AsyncJob.target_id, AsyncJob.job_type)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
+async def failed_candidates(session: AsyncSession, *, limit: int) -> list[AsyncJob]:
+    """FAILED jobs that are the newest job of their (target, type) and that recovery has
+    not given up on yet; locked, skipping rows another transaction holds."""
+    newer = aliased(AsyncJob)
+    return list(
+        await session.scalars(
+            select(AsyncJob)
+            .where(
+                AsyncJob.status == _FAILED,
+                or_(
+                    AsyncJob.error_message.is_(None),
+                    ~AsyncJob.error_message.startswith(GAVE_UP_PREFIX, autoescape=True),
+                ),
+                ~exists().where(
+                    newer.target_id == AsyncJob.target_id,
+                    newer.job_type == AsyncJob.job_type,
+                    tuple_(newer.created_at, newer.job_id)
+                    > tuple_(AsyncJob.created_at, AsyncJob.job_id),
+                ),
+            )
+            .order_by(AsyncJob.target_id, AsyncJob.job_type)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
+async def fail_job(
+    session: AsyncSession, job_id: uuid.UUID, *, from_status: str, message: str
+) -> bool:
+    """Conditional: only while the job is still in the status the sweep saw."""
+    result = await session.execute(
+        update(AsyncJob)
+        .where(AsyncJob.job_id == job_id, AsyncJob.status == from_status)
+        .values(
+            status=_FAILED,
+            error_message=message[:MAX_ERROR_MESSAGE],
+            finished_at=func.now(),
+            updated_at=func.now(),
+            lease_expires_at=None,
+        )
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def mark_given_up(session: AsyncSession, job_id: uuid.UUID, message: str) -> None:
+    await session.execute(
+        update(AsyncJob)
+        .where(AsyncJob.job_id == job_id, AsyncJob.status == _FAILED)
+        .values(error_message=message[:MAX_ERROR_MESSAGE], updated_at=func.now())
+    )
+
+
+# -- targets ----------------------------------------------------------------------------------
+
+
+class TargetState(StrEnum):
+    OPEN = "open"  # worth another attempt
+    MISSING = "missing"  # the target row is gone
+    DONE = "done"  # the work the job stands for is already there
+    SUPERSEDED = "superseded"  # another target took its place (a newer commit of the content)
+
+
+async def target_state(
+    session: AsyncSession, job_type: JobType, target_id: uuid.UUID
+) -> TargetState:
+    if job_type == JobType.TIL_GITHUB_COMMIT:
+        return await _commit_state(session, target_id)
+    if job_type in (JobType.CARD_ANALYSIS, JobType.SCRAP_REFINE):
+        target = select(Scrap.id).where(Scrap.id == target_id)
+        done = (
+            select(KnowledgeCard.id).where(KnowledgeCard.scrap_id == target_id)
+            if job_type == JobType.CARD_ANALYSIS
+            else target.where(Scrap.refined_content.is_not(None))
+        )
+    elif job_type in (JobType.TIL_GENERATION, JobType.RECALL_QUIZ_GENERATION):
+        model = _MIRRORS[job_type]
+        target = select(model.id).where(model.id == target_id)
+        done = target.where(model.status == _COMPLETED)
+    else:  # GITHUB_STAR_RECOMMENDATION: every run makes a new set, it is never "done"
+        target = select(User.id).where(User.id == target_id)
+        done = target.where(false())
+    row = (await session.execute(select(target.exists(), done.exists()))).one()
+    if not row[0]:
+        return TargetState.MISSING
+    return TargetState.DONE if row[1] else TargetState.OPEN
+
+
+async def _commit_state(session: AsyncSession, commit_id: uuid.UUID) -> TargetState:
+    commit = (
+        await session.execute(
+            select(
+                TilGithubCommit.user_id, TilGithubCommit.content_hash, TilGithubCommit.status
+            ).where(TilGithubCommit.id == commit_id)
+        )
+    ).first()
+    if commit is None:
+        return TargetState.MISSING
+    if commit.status == _COMPLETED:
+        return TargetState.DONE
+    # A FAILED commit may not go back to PENDING while another commit of the same content
+    # is live: the unique index `uk_til_github_commits_active_content` forbids it, and the
+    # user's newer request is the one that counts.
+    sibling = await session.scalar(
+        select(
+            exists().where(
+                TilGithubCommit.user_id == commit.user_id,
+                TilGithubCommit.content_hash == commit.content_hash,
+                TilGithubCommit.id != commit_id,
+                TilGithubCommit.status.in_([_PENDING, _PROCESSING, _COMPLETED]),
+            )
+        )
+    )
+    return TargetState.SUPERSEDED if sibling else TargetState.OPEN
+
+
+async def reset_mirror(session: AsyncSession, job_type: JobType, target_id: uuid.UUID) -> None:
+    """The target row of a re-registered job goes back to PENDING with its job."""
+    model = _MIRRORS.get(job_type)
+    if model is not None:
+        await session.execute(
+            update(model)
+            .where(model.id == target_id, model.status.in_([_PROCESSING, _FAILED]))
+            .values(status=_PENDING, error_message=None, updated_at=func.now())
+        )
+
+
+async def fail_mirror(
+    session: AsyncSession, job_type: JobType, target_id: uuid.UUID, message: str
+) -> None:
+    """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING."""
+    model = _MIRRORS.get(job_type)
+    if model is not None:
+        await session.execute(
+            update(model)
+            .where(model.id == target_id, model.status.in_([_PENDING, _PROCESSING]))
+            .values(
+                status=_FAILED, error_message=message[:MAX_ERROR_MESSAGE], updated_at=func.now()
+            )
+        )
+
+
+# -- scraps -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScrapCandidate:
+    scrap_id: uuid.UUID
+    user_id: uuid.UUID
+    attempt: int
+
+
+async def scraps_missing(
+    session: AsyncSession,
+    job_type: JobType,
+    *,
+    created_before: datetime,
+    max_attempt: int,
+    limit: int,
+) -> list[ScrapCandidate]:
+    """Scraps older than the grace period without the result of `job_type` (a knowledge
+    card, refined content) whose newest `job_type` job is absent, or COMPLETED with
+    attempts left. Active jobs belong to the ghost sweep, FAILED ones to the failed sweep
+    (which also enforces the retry cap), so no scrap is handled by two sweeps.
+
+    `FOR KEY SHARE … SKIP LOCKED`: scraps being deleted are skipped, while workers storing
+    refined content (a non-key update) are not blocked."""
+    if job_type == JobType.CARD_ANALYSIS:
+        missing = ~exists().where(KnowledgeCard.scrap_id == Scrap.id)
+    elif job_type == JobType.SCRAP_REFINE:
+        missing = Scrap.refined_content.is_(None)
+    else:
+        raise ValueError(f"{job_type} does not target scraps")
+    latest = (
+        select(AsyncJob.status, AsyncJob.attempt)
+        .where(AsyncJob.target_id == Scrap.id, AsyncJob.job_type == job_type.value)
+        .order_by(AsyncJob.created_at.desc(), AsyncJob.job_id.desc())
+        .limit(1)
+        .lateral("latest")
+    )
+    rows = await session.execute(
+        select(Scrap.id, Scrap.user_id, latest.c.attempt)
+        .outerjoin(latest, text("true"))
+        .where(
+            Scrap.created_at < created_before,
+            missing,
+            or_(
+                latest.c.status.is_(None),
+                and_(latest.c.status == _COMPLETED, latest.c.attempt < max_attempt),
+            ),
+        )
+        .order_by(Scrap.id)
+        .limit(limit)
+        .with_for_update(of=Scrap, key_share=True, skip_locked=True)
+    )
+    return [
+        ScrapCandidate(scrap_id, user_id, 1 if attempt is None else attempt + 1)
+        for scrap_id, user_id, attempt in rows
+    ]
+
+
+# -- the daily TIL batch ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserDay:
+    user_id: uuid.UUID
+    day: date
+    needs_til: bool
+    needs_quiz: bool
+
+
+# Each user's days are computed in the user's time zone; a name PostgreSQL does not know
+# counts as UTC (as `san_common.til.zone_named` does), so one bad setting cannot fail the batch.
+_USER_DAYS = text(
+    """
+WITH zones AS MATERIALIZED (SELECT name FROM pg_timezone_names),
+user_days AS (
+    SELECT u.id AS user_id, z.tz,
+           (CAST(:now AS timestamptz) AT TIME ZONE z.tz)::date - g.n AS day
+    FROM users u
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN u.timezone IN (SELECT name FROM zones) THEN u.timezone ELSE 'UTC' END
+    ) AS z(tz)
+    CROSS JOIN generate_series(1, CAST(:lookback AS integer)) AS g(n)
+),
+with_cards AS (
+    SELECT d.user_id, d.day,
+           NOT EXISTS (SELECT 1 FROM daily_summaries s
+                       WHERE s.user_id = d.user_id AND s.target_date = d.day) AS needs_til,
+           NOT EXISTS (SELECT 1 FROM recall_quiz_generations q
+                       WHERE q.user_id = d.user_id AND q.target_date = d.day) AS needs_quiz
+    FROM user_days d
+    WHERE EXISTS (SELECT 1 FROM knowledge_cards c
+                  WHERE c.user_id = d.user_id
+                    AND c.created_at >= (d.day::timestamp AT TIME ZONE d.tz)
+                    AND c.created_at < ((d.day + 1)::timestamp AT TIME ZONE d.tz))
+)
+SELECT user_id, day, needs_til, needs_quiz FROM with_cards
+WHERE needs_til OR needs_quiz
+ORDER BY user_id, day
+LIMIT :limit
+"""
+)
+
+
+async def user_days_without_til(
+    session: AsyncSession, *, now: datetime, lookback_days: int, limit: int
+) -> list[UserDay]:
+    """(user, day) for each of the last `lookback_days` days before the user's today on
+    which the user made cards and has no TIL or no recall-quiz generation yet."""
+    rows = await session.execute(
+        _USER_DAYS, {"now": now, "lookback": lookback_days, "limit": limit}
+    )
+    return [UserDay(*row) for row in rows]

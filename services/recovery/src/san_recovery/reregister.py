@@ -1,0 +1,71 @@
+"""Re-register a job that failed (or is being failed as a ghost), or give up on it.
+
+Shared by the ghost and failed sweeps, so both apply one retry cap: `attempt` counts the
+runs of a (target, type) chain, and a chain at `Policy.max_attempt` is never extended.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob
+from san_recovery import repository
+from san_recovery.policy import Policy
+from san_recovery.repository import GAVE_UP_PREFIX, TargetState
+from san_recovery.tally import Outcome
+
+_GIVE_UP_REASONS = {
+    TargetState.MISSING: "(target no longer exists)",
+    TargetState.DONE: "(target already complete)",
+    TargetState.SUPERSEDED: "(superseded by a newer commit of the same content)",
+}
+
+
+async def retry_or_give_up(
+    session: AsyncSession, job: AsyncJob, policy: Policy, *, ghost: str | None = None
+) -> Outcome:
+    """`job` is FAILED, or — with `ghost`, the reason it is a ghost — still PENDING or
+    PROCESSING and failed here first. Either way it ends FAILED, and is followed by a new
+    job with `attempt + 1` unless the chain is out of attempts or the target makes another
+    attempt pointless. Runs inside the caller's transaction (a savepoint per job)."""
+    job_type = JobType(job.job_type)
+    why_not = await _why_not_retry(session, job, job_type, policy)
+    if why_not is None:
+        if ghost is not None and not await repository.fail_job(
+            session, job.job_id, from_status=job.status, message=ghost
+        ):
+            return Outcome.SKIPPED  # settled by its worker meanwhile
+        await repository.reset_mirror(session, job_type, job.target_id)
+        try:
+            await register_job_in_transaction(
+                session,
+                job_type=job_type,
+                target_id=job.target_id,
+                user_id=job.user_id,
+                attempt=job.attempt + 1,
+            )
+        except DuplicateActiveJob:
+            return Outcome.SKIPPED  # someone else registered it: the target is covered
+        return Outcome.REGISTERED
+
+    message = f"{GAVE_UP_PREFIX} {why_not}: {ghost or job.error_message or 'no error recorded'}"
+    if ghost is not None:
+        if not await repository.fail_job(
+            session, job.job_id, from_status=job.status, message=message
+        ):
+            return Outcome.SKIPPED
+    else:
+        await repository.mark_given_up(session, job.job_id, message)
+    await repository.fail_mirror(session, job_type, job.target_id, message)
+    return Outcome.GIVEN_UP
+
+
+async def _why_not_retry(
+    session: AsyncSession, job: AsyncJob, job_type: JobType, policy: Policy
+) -> str | None:
+    if job.attempt >= policy.max_attempt:
+        return f"after {job.attempt} attempts"
+    state = await repository.target_state(session, job_type, job.target_id)
+    return _GIVE_UP_REASONS.get(state)

@@ -1,0 +1,159 @@
+"""Run sweeps: the transaction, the per-sweep advisory lock, batching, logs and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_common import metrics
+from san_common.errors import cause_chain
+from san_recovery import repository
+from san_recovery.policy import Policy
+from san_recovery.sweeps import SWEEPS, Sweep
+from san_recovery.tally import Tally
+
+log = logging.getLogger(__name__)
+
+
+class RunStatus(StrEnum):
+    DONE = "done"
+    LOCKED = "locked"  # another replica is running this sweep right now: nothing to do
+    ERROR = "error"
+
+
+@dataclass
+class SweepReport:
+    sweep: Sweep
+    status: RunStatus = RunStatus.DONE
+    tally: Tally = field(default_factory=Tally)
+    batches: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status != RunStatus.ERROR and self.tally.total.errors == 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "sweep": self.sweep.value,
+            "status": self.status.value,
+            "batches": self.batches,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+            "totals": self.tally.total.as_dict(),
+            "by_job_type": {t.value: c.as_dict() for t, c in sorted(self.tally.by_type.items())},
+        }
+
+    def line(self) -> str:
+        """One readable line: totals, then `TYPE found/registered/given up` per job type."""
+        total = self.tally.total
+        text = (
+            f"{self.sweep.value}: {self.status.value}, found {total.found}, "
+            f"registered {total.registered}, given up {total.given_up}, "
+            f"skipped {total.skipped}, errors {total.errors}"
+        )
+        if self.tally.by_type:
+            text += (
+                " ("
+                + ", ".join(
+                    f"{t.value} {c.found}/{c.registered}/{c.given_up}"
+                    for t, c in sorted(self.tally.by_type.items())
+                )
+                + ")"
+            )
+        if self.error:
+            text += f"; {self.error}"
+        return text
+
+
+async def run_sweep(
+    sessions: async_sessionmaker[AsyncSession],
+    sweep: Sweep,
+    *,
+    now: datetime,
+    policy: Policy,
+    stop: asyncio.Event | None = None,
+) -> SweepReport:
+    """Batches of `policy.batch_size`, one transaction each, until a batch comes back
+    short or settles nothing (what it could not settle waits for the next run)."""
+    report = SweepReport(sweep)
+    started = time.monotonic()
+    try:
+        while True:
+            async with sessions() as session, session.begin():
+                if not await repository.try_sweep_lock(session, sweep.value):
+                    if report.batches == 0:
+                        report.status = RunStatus.LOCKED
+                    break
+                batch = await SWEEPS[sweep](session, now, policy)
+            report.batches += 1
+            report.tally.merge(batch)
+            if (
+                batch.total.found < policy.batch_size
+                or batch.progress == 0
+                or (stop is not None and stop.is_set())
+            ):
+                break
+    except Exception as exc:  # a run reports its failure; the scheduler and `run all` go on
+        report.status = RunStatus.ERROR
+        report.error = cause_chain(exc)
+        log.exception("sweep failed", extra={"fields": {"sweep": sweep.value}})
+    report.seconds = time.monotonic() - started
+    _record(report)
+    return report
+
+
+async def run_sweeps(
+    sessions: async_sessionmaker[AsyncSession],
+    sweeps: Sequence[Sweep],
+    *,
+    policy: Policy,
+    now: datetime | None = None,
+    stop: asyncio.Event | None = None,
+) -> list[SweepReport]:
+    reports = []
+    for sweep in sweeps:
+        if stop is not None and stop.is_set():
+            break
+        at = now or datetime.now(UTC)
+        reports.append(await run_sweep(sessions, sweep, now=at, policy=policy, stop=stop))
+    return reports
+
+
+def _record(report: SweepReport) -> None:
+    sweep = report.sweep.value
+    for job_type, counts in report.tally.by_type.items():
+        metrics.RECOVERY_JOBS_FOUND.labels(sweep, job_type.value).inc(counts.found)
+        metrics.RECOVERY_JOBS_REGISTERED.labels(sweep, job_type.value).inc(counts.registered)
+        metrics.RECOVERY_JOBS_GIVEN_UP.labels(sweep, job_type.value).inc(counts.given_up)
+    metrics.RECOVERY_SWEEP_RUNS.labels(sweep, report.status.value).inc()
+    if report.status == RunStatus.DONE:
+        metrics.RECOVERY_LAST_SUCCESS.labels(sweep).set_to_current_time()
+    total = report.tally.total
+    log.log(
+        logging.INFO if report.ok else logging.WARNING,
+        "sweep %s: %s",
+        sweep,
+        report.status.value,
+        extra={
+            "fields": {
+                "sweep": sweep,
+                "status": report.status.value,
+                **total.as_dict(),
+                "batches": report.batches,
+                "duration_ms": round(report.seconds * 1000),
+                "by_job_type": json.dumps(
+                    {t.value: c.as_dict() for t, c in report.tally.by_type.items()}
+                ),
+            }
+        },
+    )

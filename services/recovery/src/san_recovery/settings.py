@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from croniter import croniter
+from pydantic import Field, field_validator
+
+from san_common.settings import ServiceSettings
+from san_recovery.policy import Policy
+
+
+class RecoverySettings(ServiceSettings):
+    """Thresholds and schedules of the recovery sweeps (SPEC §2.7); see docs/recovery.md."""
+
+    service_name: str = "recovery"
+    recovery_schedule: str = Field(
+        default="0 */2 * * *",
+        description="Cron expression (UTC) of the ghost, failed, orphan and unrefined sweeps",
+    )
+    recovery_til_schedule: str = Field(
+        default="10 0 * * *", description="Cron expression (UTC) of the daily TIL batch"
+    )
+    recovery_pending_timeout_minutes: float = Field(default=30.0, gt=0)
+    recovery_processing_timeout_minutes: float = Field(default=60.0, gt=0)
+    recovery_lease_grace_seconds: float = Field(
+        default=60.0, ge=0, description="How long past its lease a PROCESSING job counts as a ghost"
+    )
+    recovery_orphan_grace_minutes: float = Field(default=10.0, ge=0)
+    recovery_max_reregistrations: int = Field(
+        default=3, ge=0, description="Retry cap: re-registrations per (target, job type)"
+    )
+    recovery_batch_size: int = Field(default=500, ge=1, le=10_000)
+    recovery_til_lookback_days: int = Field(
+        default=1, ge=1, le=31, description="Days before today the daily TIL batch looks at"
+    )
+
+    @field_validator("recovery_schedule", "recovery_til_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"not a valid cron expression: {value!r}")
+        return value
+
+    def policy(self) -> Policy:
+        return Policy(
+            pending_after=timedelta(minutes=self.recovery_pending_timeout_minutes),
+            processing_after=timedelta(minutes=self.recovery_processing_timeout_minutes),
+            lease_grace=timedelta(seconds=self.recovery_lease_grace_seconds),
+            orphan_grace=timedelta(minutes=self.recovery_orphan_grace_minutes),
+            max_reregistrations=self.recovery_max_reregistrations,
+            batch_size=self.recovery_batch_size,
+            til_lookback_days=self.recovery_til_lookback_days,
+        )

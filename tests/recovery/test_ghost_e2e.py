@@ -1,0 +1,122 @@
+"""End to end: a worker is SIGKILLed while its jobs are PROCESSING; after the ghost sweep
+(the `san-recovery run ghost` CLI) a fresh worker completes the re-registered jobs.
+API, relay, ai-worker and recovery run as OS processes over real PostgreSQL and RabbitMQ;
+the AI server is the fake one, first hanging, then healthy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+import httpx
+import pytest
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_common.models import AsyncJob
+from tests.e2e.conftest import Stack
+from tests.fakes.fake_ai import FakeAiServer
+from tests.procs import start
+
+pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[bool]], within: float, what: str, services: Stack
+) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}\n{services.logs()}")
+        await asyncio.sleep(0.1)
+
+
+async def test_jobs_of_a_sigkilled_worker_complete_after_the_ghost_sweep(
+    stack: Stack,
+    db: async_sessionmaker[AsyncSession],
+    fake_ai: FakeAiServer,
+) -> None:
+    ai_env = {
+        **stack.env,
+        "AI_PROVIDER": "openai",
+        "AI_BASE_URL": fake_ai.base_url,
+        "AI_API_KEY": "k",
+        "AI_TIMEOUT_SECONDS": "120",
+    }
+    stack.start("relay")
+    usual_delay = fake_ai.delay_seconds
+    fake_ai.delay_seconds = 120.0
+    fake_ai.set_fault("timeout")  # every AI call hangs: the worker sits inside its jobs
+    try:
+        doomed = start("ai-worker", ai_env, stack.log_dir)
+        stack.processes.append(doomed)
+        async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+            headers = stack.headers(f"ghost-{uuid.uuid4().hex}")
+            response = await client.post(
+                "/scraps", json={"content": "Leases make dead workers visible."}, headers=headers
+            )
+            assert response.status_code == 202, response.text
+            accepted = response.json()
+            scrap_id = uuid.UUID(accepted["scrapId"])
+            first = {uuid.UUID(accepted["analysisJobId"]), uuid.UUID(accepted["refineJobId"])}
+
+            async def jobs() -> list[AsyncJob]:
+                async with db() as session:
+                    return list(
+                        await session.scalars(
+                            select(AsyncJob).where(AsyncJob.target_id == scrap_id)
+                        )
+                    )
+
+            async def both_processing() -> bool:
+                return {j.job_id for j in await jobs() if j.status == "PROCESSING"} == first
+
+            await eventually(both_processing, 30, "both jobs PROCESSING", stack)
+            doomed.kill()
+            # The dead worker's lease would run on for WORKER_LEASE_SECONDS; write it as over.
+            async with db() as session, session.begin():
+                await session.execute(
+                    update(AsyncJob)
+                    .where(AsyncJob.job_id.in_(first))
+                    .values(lease_expires_at=func.now() - timedelta(minutes=5))
+                )
+
+            sweep = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "san_recovery.main", "run", "ghost", "--json",
+                env={**os.environ, **stack.env}, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(sweep.communicate(), 60)
+            assert sweep.returncode == 0, err.decode()
+            by_type = json.loads(out)["sweeps"][0]["by_job_type"]
+            assert {t: c["registered"] for t, c in by_type.items()} == {
+                "CARD_ANALYSIS": 1,
+                "SCRAP_REFINE": 1,
+            }
+
+            fake_ai.set_fault(None)
+            stack.processes.append(start("ai-worker", ai_env, stack.log_dir))
+
+            async def retries_completed() -> bool:
+                retries = [j for j in await jobs() if j.job_id not in first]
+                return len(retries) == 2 and all(j.status == "COMPLETED" for j in retries)
+
+            await eventually(retries_completed, 60, "the re-registered jobs", stack)
+            for job in await jobs():
+                if job.job_id in first:
+                    assert job.status == "FAILED"
+                    message = job.error_message or ""
+                    assert message.startswith("ghost job: worker "), message
+                    assert "died (lease expired 5 min ago" in message, message
+                else:
+                    assert job.attempt == 2
+            card = await client.get(f"/cards/{scrap_id}", headers=headers)
+            assert card.status_code == 200, card.text
+    finally:
+        fake_ai.set_fault(None)
+        fake_ai.delay_seconds = usual_delay
