@@ -19,6 +19,7 @@ from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
 from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
 from san_api.til.endpoints import router as til_router
+from san_api.users.endpoints import router as users_router
 from san_common import tracing
 from san_common.db.engine import create_engine, create_session_factory
 
@@ -57,6 +58,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         til_router,
         recall_quizzes_router,
         github_router,
+        users_router,
     ):
         app.include_router(router)
     return app

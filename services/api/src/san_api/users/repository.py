@@ -24,3 +24,14 @@ async def provision(session: AsyncSession, external_id: str) -> uuid.UUID:
     )
     assert existing is not None  # the conflicting row is committed: ON CONFLICT waited for it
     return existing
+
+
+async def get(session: AsyncSession, user_id: uuid.UUID) -> User | None:
+    return await session.get(User, user_id)
+
+
+async def set_timezone(session: AsyncSession, user_id: uuid.UUID, timezone: str) -> None:
+    user = await session.get(User, user_id)
+    assert user is not None  # the caller is authenticated, so provisioned
+    user.timezone = timezone
+    await session.flush()
