@@ -205,13 +205,18 @@ async def test_scrap_sweeps_register_missing_jobs(
     assert await seed.job_ids() == before
 
 
+@pytest.mark.parametrize(("which", "attempt"), [(Sweep.ORPHANS, 1), (Sweep.GHOST, 2)])
 async def test_a_candidate_that_fails_is_left_for_the_next_run_and_the_rest_proceed(
-    seed: Seed, db: async_sessionmaker[AsyncSession]
+    seed: Seed, db: async_sessionmaker[AsyncSession], which: Sweep, attempt: int
 ) -> None:
     user = await seed.user()
-    poisoned, healthy = await seed.scrap(user), await seed.scrap(user)
+    # Candidates go in target order: the failing one comes first, the healthy one after it.
+    poisoned, healthy = sorted([await seed.scrap(user), await seed.scrap(user)])
+    if which == Sweep.GHOST:
+        for scrap in (poisoned, healthy):
+            await seed.job(CA, scrap, user, status="PENDING", updated=seed.ago(hours=1))
     async with db() as session, session.begin():
-        # A real database error for one target only: a trigger refusing its job.
+        # A real database error for one target only: a trigger refusing its new job.
         await session.execute(
             text(
                 "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -227,15 +232,18 @@ async def test_a_candidate_that_fails_is_left_for_the_next_run_and_the_rest_proc
         )
     before = await seed.job_ids()
 
-    report = await run_sweep(db, Sweep.ORPHANS, now=seed.now, policy=POLICY)
+    report = await run_sweep(db, which, now=seed.now, policy=POLICY)
 
     assert report.status == RunStatus.DONE and not report.ok
+    assert counts(report) == {CA.value: (2, 1, 0)}
     assert report.tally.by_type[CA].errors == 1
-    assert await seed.registered_since(before) == {(CA.value, healthy, 1)}
+    assert await seed.registered_since(before) == {(CA.value, healthy, attempt)}
 
     async with db() as session, session.begin():
         await session.execute(text("DROP TRIGGER refuse ON async_jobs"))
-    assert counts(await sweep(seed, Sweep.ORPHANS)) == {CA.value: (1, 1, 0)}
+    before = await seed.job_ids()
+    assert counts(await sweep(seed, which)) == {CA.value: (1, 1, 0)}
+    assert await seed.registered_since(before) == {(CA.value, poisoned, attempt)}
 
 
 async def test_a_sweep_another_run_holds_is_skipped_as_locked(

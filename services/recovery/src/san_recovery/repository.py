@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
 
-from sqlalchemy import and_, exists, false, func, or_, select, text, tuple_, update
+from sqlalchemy import Executable, and_, exists, false, func, or_, select, text, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -53,6 +53,43 @@ async def try_sweep_lock(session: AsyncSession, sweep: str) -> bool:
 # -- jobs -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class JobRow:
+    """A candidate job as the sweep saw it (plain data: no ORM state to go stale)."""
+
+    job_id: uuid.UUID
+    job_type: JobType
+    target_id: uuid.UUID
+    user_id: uuid.UUID
+    status: str
+    attempt: int
+    error_message: str | None
+    updated_at: datetime
+    started_at: datetime | None
+    lease_expires_at: datetime | None
+    worker_id: str | None
+
+
+_JOB_COLUMNS = (
+    AsyncJob.job_id,
+    AsyncJob.job_type,
+    AsyncJob.target_id,
+    AsyncJob.user_id,
+    AsyncJob.status,
+    AsyncJob.attempt,
+    AsyncJob.error_message,
+    AsyncJob.updated_at,
+    AsyncJob.started_at,
+    AsyncJob.lease_expires_at,
+    AsyncJob.worker_id,
+)
+
+
+async def _job_rows(session: AsyncSession, query: Executable) -> list[JobRow]:
+    rows = await session.execute(query)
+    return [JobRow(row[0], JobType(row[1]), *row[2:]) for row in rows]
+
+
 async def ghost_candidates(
     session: AsyncSession,
     *,
@@ -60,57 +97,51 @@ async def ghost_candidates(
     started_before: datetime,
     lease_expired_before: datetime,
     limit: int,
-) -> list[AsyncJob]:
+) -> list[JobRow]:
     """PENDING jobs untouched since `pending_before`, PROCESSING jobs started before
     `started_before` or whose lease ran out before `lease_expired_before`; locked, and
     rows another transaction holds (a worker settling the job, another sweep) skipped."""
-    return list(
-        await session.scalars(
-            select(AsyncJob)
-            .where(
-                or_(
-                    and_(AsyncJob.status == _PENDING, AsyncJob.updated_at < pending_before),
-                    and_(
-                        AsyncJob.status == _PROCESSING,
-                        or_(
-                            func.coalesce(AsyncJob.started_at, AsyncJob.updated_at)
-                            < started_before,
-                            AsyncJob.lease_expires_at < lease_expired_before,
-                        ),
-                    ),
-                )
-            )
-            .order_by(AsyncJob.target_id, AsyncJob.job_type)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
+    pending = and_(AsyncJob.status == _PENDING, AsyncJob.updated_at < pending_before)
+    processing = and_(
+        AsyncJob.status == _PROCESSING,
+        or_(
+            func.coalesce(AsyncJob.started_at, AsyncJob.updated_at) < started_before,
+            AsyncJob.lease_expires_at < lease_expired_before,
+        ),
+    )
+    return await _job_rows(
+        session,
+        select(*_JOB_COLUMNS)
+        .where(or_(pending, processing))
+        .order_by(AsyncJob.target_id, AsyncJob.job_type)
+        .limit(limit)
+        .with_for_update(of=AsyncJob, skip_locked=True),
     )
 
 
-async def failed_candidates(session: AsyncSession, *, limit: int) -> list[AsyncJob]:
+async def failed_candidates(session: AsyncSession, *, limit: int) -> list[JobRow]:
     """FAILED jobs that are the newest job of their (target, type) and that recovery has
     not given up on yet; locked, skipping rows another transaction holds."""
     newer = aliased(AsyncJob)
-    return list(
-        await session.scalars(
-            select(AsyncJob)
-            .where(
-                AsyncJob.status == _FAILED,
-                or_(
-                    AsyncJob.error_message.is_(None),
-                    ~AsyncJob.error_message.startswith(GAVE_UP_PREFIX, autoescape=True),
-                ),
-                ~exists().where(
-                    newer.target_id == AsyncJob.target_id,
-                    newer.job_type == AsyncJob.job_type,
-                    tuple_(newer.created_at, newer.job_id)
-                    > tuple_(AsyncJob.created_at, AsyncJob.job_id),
-                ),
-            )
-            .order_by(AsyncJob.target_id, AsyncJob.job_type)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+    return await _job_rows(
+        session,
+        select(*_JOB_COLUMNS)
+        .where(
+            AsyncJob.status == _FAILED,
+            or_(
+                AsyncJob.error_message.is_(None),
+                ~AsyncJob.error_message.startswith(GAVE_UP_PREFIX, autoescape=True),
+            ),
+            ~exists().where(
+                newer.target_id == AsyncJob.target_id,
+                newer.job_type == AsyncJob.job_type,
+                tuple_(newer.created_at, newer.job_id)
+                > tuple_(AsyncJob.created_at, AsyncJob.job_id),
+            ),
         )
+        .order_by(AsyncJob.target_id, AsyncJob.job_type)
+        .limit(limit)
+        .with_for_update(of=AsyncJob, skip_locked=True),
     )
 
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
-from san_common.jobs.types import JobType
-from san_common.models import AsyncJob
 from san_recovery import repository
 from san_recovery.policy import Policy
-from san_recovery.repository import GAVE_UP_PREFIX, TargetState
+from san_recovery.repository import GAVE_UP_PREFIX, JobRow, TargetState
 from san_recovery.tally import Outcome
 
 _GIVE_UP_REASONS = {
@@ -24,14 +22,14 @@ _GIVE_UP_REASONS = {
 
 
 async def retry_or_give_up(
-    session: AsyncSession, job: AsyncJob, policy: Policy, *, ghost: str | None = None
+    session: AsyncSession, job: JobRow, policy: Policy, *, ghost: str | None = None
 ) -> Outcome:
     """`job` is FAILED, or — with `ghost`, the reason it is a ghost — still PENDING or
     PROCESSING and failed here first. Either way it ends FAILED, and is followed by a new
     job with `attempt + 1` unless the chain is out of attempts or the target makes another
     attempt pointless. Runs inside the caller's transaction (a savepoint per job)."""
-    job_type = JobType(job.job_type)
-    why_not = await _why_not_retry(session, job, job_type, policy)
+    job_type = job.job_type
+    why_not = await _why_not_retry(session, job, policy)
     if why_not is None:
         if ghost is not None and not await repository.fail_job(
             session, job.job_id, from_status=job.status, message=ghost
@@ -62,10 +60,8 @@ async def retry_or_give_up(
     return Outcome.GIVEN_UP
 
 
-async def _why_not_retry(
-    session: AsyncSession, job: AsyncJob, job_type: JobType, policy: Policy
-) -> str | None:
+async def _why_not_retry(session: AsyncSession, job: JobRow, policy: Policy) -> str | None:
     if job.attempt >= policy.max_attempt:
         return f"after {job.attempt} attempts"
-    state = await repository.target_state(session, job_type, job.target_id)
+    state = await repository.target_state(session, job.job_type, job.target_id)
     return _GIVE_UP_REASONS.get(state)

@@ -8,7 +8,6 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.types import JobType
 from san_recovery import repository
 from san_recovery.policy import Policy
 from san_recovery.reregister import retry_or_give_up
@@ -19,13 +18,12 @@ from san_recovery.tally import Tally
 async def sweep(session: AsyncSession, now: datetime, policy: Policy) -> Tally:
     tally = Tally()
     for job in await repository.failed_candidates(session, limit=policy.batch_size):
-        job_type = JobType(job.job_type)
-        tally.found(job_type)
+        tally.found(job.job_type)
         outcome = await settle(
             session,
             partial(retry_or_give_up, session, job, policy),
             job_id=job.job_id,
-            job_type=job_type.value,
+            job_type=job.job_type.value,
         )
-        tally.record(job_type, outcome)
+        tally.record(job.job_type, outcome)
     return tally

@@ -8,10 +8,10 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.types import JobStatus, JobType
-from san_common.models import AsyncJob
+from san_common.jobs.types import JobStatus
 from san_recovery import repository
 from san_recovery.policy import Policy
+from san_recovery.repository import JobRow
 from san_recovery.reregister import retry_or_give_up
 from san_recovery.savepoint import settle
 from san_recovery.tally import Tally
@@ -27,20 +27,19 @@ async def sweep(session: AsyncSession, now: datetime, policy: Policy) -> Tally:
         limit=policy.batch_size,
     )
     for job in jobs:
-        job_type = JobType(job.job_type)
-        tally.found(job_type)
+        tally.found(job.job_type)
         reason = ghost_reason(job, now, policy)
         outcome = await settle(
             session,
             partial(retry_or_give_up, session, job, policy, ghost=reason),
             job_id=job.job_id,
-            job_type=job_type.value,
+            job_type=job.job_type.value,
         )
-        tally.record(job_type, outcome)
+        tally.record(job.job_type, outcome)
     return tally
 
 
-def ghost_reason(job: AsyncJob, now: datetime, policy: Policy) -> str:
+def ghost_reason(job: JobRow, now: datetime, policy: Policy) -> str:
     if job.status == JobStatus.PENDING.value:
         return f"ghost job: pending for {_span(now - job.updated_at)} (message lost)"
     started = job.started_at or job.updated_at
