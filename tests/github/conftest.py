@@ -33,9 +33,7 @@ from san_relay.settings import RelaySettings
 from tests.conftest import TOKEN_KEYS, api_settings
 from tests.e2e.conftest import stack, stack_env  # noqa: F401  (the e2e suite's fixtures)
 from tests.fakes.fake_github import FakeGithub
-from tests.github.support import World
-
-REDIRECT_URI = "http://app.test/github/oauth/callback"
+from tests.github.support import REDIRECT_URI, World
 
 
 @pytest.fixture
@@ -45,11 +43,16 @@ def fake_github() -> Iterator[FakeGithub]:
 
 
 @pytest.fixture(autouse=True)
-def _no_token_in_logs(
-    caplog: pytest.LogCaptureFixture, fake_github: FakeGithub
-) -> Iterator[None]:
+def _no_token_in_logs(caplog: pytest.LogCaptureFixture, fake_github: FakeGithub) -> Iterator[None]:
     caplog.set_level(logging.INFO)
-    for name in ("httpx", "httpcore", "san_common", "san_api", "san_github_worker", "san_ai_worker"):
+    for name in (
+        "httpx",
+        "httpcore",
+        "san_common",
+        "san_api",
+        "san_github_worker",
+        "san_ai_worker",
+    ):
         caplog.set_level(logging.DEBUG, logger=name)
     yield
     formatter = logging.Formatter("%(name)s %(levelname)s %(message)s")
@@ -92,8 +95,30 @@ async def world(
     settings = github_api_settings(db_url, amqp_url, fake_github)
     async with api_client(settings) as client:
         yield World(
-            fake_github, client, create_session_factory(engine), TokenCipher.from_setting(TOKEN_KEYS)
+            fake_github,
+            client,
+            create_session_factory(engine),
+            TokenCipher.from_setting(TOKEN_KEYS),
         )
+
+
+@pytest.fixture
+async def fresh_world(
+    fresh_db_url: str, amqp_url: str, fake_github: FakeGithub
+) -> AsyncIterator[World]:
+    """The API in-process on a database of the test's own (for tests that look at every row)."""
+    engine = create_engine(fresh_db_url, pool_size=5)
+    try:
+        async with api_client(github_api_settings(fresh_db_url, amqp_url, fake_github)) as client:
+            yield World(
+                fake_github,
+                client,
+                create_session_factory(engine),
+                TokenCipher.from_setting(TOKEN_KEYS),
+                engine=engine,
+            )
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 from sqlalchemy import insert, select
@@ -36,6 +37,7 @@ from tests.fakes.fake_github import FakeGithub
 
 Sessions = async_sessionmaker[AsyncSession]
 DAY = date(2026, 12, 2)
+REDIRECT_URI = "http://app.test/github/oauth/callback"
 
 
 @dataclass
@@ -99,10 +101,31 @@ class World:
     async def ready(self, *, repo: str = "til", **fields: str) -> Person:
         """A linked person with one connected repository of their own."""
         person = self.person()
-        self.github.add_repo(person.login, repo, branches=tuple(filter(None, [fields.get("branch")])))
+        self.github.add_repo(
+            person.login, repo, branches=tuple(filter(None, [fields.get("branch")]))
+        )
         await self.link(person)
         await self.connect(person, repo, **fields)
         return person
+
+    async def authorize(self, person: Person) -> tuple[str, str]:
+        """Start the OAuth flow and let the fake GitHub's 'browser' consent: (code, state)."""
+        started = await self.api.get("/me/github/oauth/authorize", headers=person.headers)
+        assert started.status_code == 200, started.text
+        url = started.json()["authorizeUrl"]
+        query = parse_qs(urlsplit(url).query)
+        assert query["code_challenge_method"] == ["S256"] and query["code_challenge"]
+        assert query["redirect_uri"] == [REDIRECT_URI]
+        self.github.authorize_as(person.token)
+        async with httpx.AsyncClient() as browser:
+            consent = await browser.get(url)
+        assert consent.status_code == 302
+        back = parse_qs(urlsplit(consent.headers["location"]).query)
+        assert back["state"] == query["state"]
+        return back["code"][0], back["state"][0]
+
+    async def callback(self, **params: str) -> httpx.Response:
+        return await self.api.get("/github/oauth/callback", params=params)
 
     async def til(
         self,
@@ -198,9 +221,9 @@ class World:
         assert job is not None
         return job
 
-    async def finished(self, job_id: uuid.UUID | str, timeout: float = 30) -> AsyncJob:
+    async def finished(self, job_id: uuid.UUID | str, within: float = 30) -> AsyncJob:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + within
         while True:
             job = await self.job(job_id)
             if job.status in ("COMPLETED", "FAILED"):

@@ -64,7 +64,8 @@ async def test_contents_put_creates_then_github_refuses_blind_or_stale_overwrite
     found = await client.get_contents(token, "alice", "til", path)
     assert found is not None and found.type == "file"
     assert found.sha == git_blob_sha(b"# hello\n")  # git's blob sha, as GitHub reports it
-    assert (await client.get_contents(token, "alice", "til", "TIL")).type == "dir"  # type: ignore[union-attr]
+    folder = await client.get_contents(token, "alice", "til", "TIL")
+    assert folder is not None and folder.type == "dir"
 
     with pytest.raises(GithubPermanentError) as missing_sha:
         await client.put_contents(token, "alice", "til", path, content=b"x", message="m")
@@ -91,8 +92,13 @@ async def test_stars_follow_link_pagination_100_per_page(
     fake_github.set_stars(
         "stargazer",
         [
-            {"full_name": f"org/repo{i}", "description": f"d{i}", "topics": ["t"], "language": "Go",
-             "html_url": f"https://github.com/org/repo{i}"}
+            {
+                "full_name": f"org/repo{i}",
+                "description": f"d{i}",
+                "topics": ["t"],
+                "language": "Go",
+                "html_url": f"https://github.com/org/repo{i}",
+            }
             for i in range(250)
         ],
     )
@@ -136,9 +142,7 @@ async def test_revoked_token_is_permanent_with_the_relink_message(
     assert token not in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    ("kind", "status"), [("http_429", 429), ("http_403_retry_after", 403)]
-)
+@pytest.mark.parametrize(("kind", "status"), [("http_429", 429), ("http_403_retry_after", 403)])
 async def test_retry_after_becomes_the_wait(
     fake_github: FakeGithub, client: GithubClient, kind: str, status: int
 ) -> None:
@@ -170,7 +174,11 @@ async def test_server_errors_resets_and_timeouts_are_transient(
 ) -> None:
     token = fake_github.add_user()
     fake_github.delay_seconds = 2.0
-    for kind, expected in (("http_500", "500"), ("reset", "connection failed"), ("timeout", "timed out")):
+    for kind, expected in (
+        ("http_500", "500"),
+        ("reset", "connection failed"),
+        ("timeout", "timed out"),
+    ):
         fake_github.add_fault(kind)  # type: ignore[arg-type]
         with pytest.raises(GithubTransientError, match=expected) as caught:
             await client.get_user(token)

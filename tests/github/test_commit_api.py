@@ -20,7 +20,9 @@ async def footprint(world: World, person: Person) -> tuple[int, int, int]:
     user_id = await world.user_id(person)
     async with world.sessions() as session:
         commits = await session.scalar(
-            select(func.count()).select_from(TilGithubCommit).where(TilGithubCommit.user_id == user_id)
+            select(func.count())
+            .select_from(TilGithubCommit)
+            .where(TilGithubCommit.user_id == user_id)
         )
         jobs = await session.scalar(
             select(func.count()).select_from(AsyncJob).where(AsyncJob.user_id == user_id)
@@ -97,7 +99,12 @@ async def test_accepted_commit_writes_row_job_and_outbox_together(world: World) 
 
     row = await world.commit_row(body["commitId"])
     assert (row.status, row.content, row.file_path, row.repo_owner, row.repo_name) == (
-        "PENDING", markdown, body["filePath"], ben.login, "til")
+        "PENDING",
+        markdown,
+        body["filePath"],
+        ben.login,
+        "til",
+    )
     assert row.content_hash == hashlib.sha256(markdown.encode()).hexdigest()
     job = await world.job(body["jobId"])
     assert (job.job_type, job.status, job.target_id) == ("TIL_GITHUB_COMMIT", "PENDING", row.id)
@@ -106,13 +113,19 @@ async def test_accepted_commit_writes_row_job_and_outbox_together(world: World) 
     assert listed.status_code == 200
     [view] = listed.json()["commits"]
     assert (view["commitId"], view["jobId"], view["status"], view["repository"]) == (
-        body["commitId"], body["jobId"], "PENDING", f"{ben.login}/til")
+        body["commitId"],
+        body["jobId"],
+        "PENDING",
+        f"{ben.login}/til",
+    )
     assert view["commitSha"] is None and view["commitUrl"] is None
 
     other = world.person()
     assert_problem(await world.commit(other, summary), 404, "NOT_FOUND")
     assert_problem(
-        await world.api.get(f"/til/{summary}/github-commits", headers=other.headers), 404, "NOT_FOUND"
+        await world.api.get(f"/til/{summary}/github-commits", headers=other.headers),
+        404,
+        "NOT_FOUND",
     )
     assert_problem(await world.commit(ben, uuid.uuid4()), 404, "NOT_FOUND")
 

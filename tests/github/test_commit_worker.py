@@ -37,12 +37,19 @@ async def test_a_til_lands_in_the_repository_and_both_rows_complete(worker_world
     assert commit.message == f"Add TIL {DAY.isoformat()}"
     row = await world.commit_row(accepted["commitId"])
     assert (row.status, row.commit_sha, row.commit_url, row.error_message) == (
-        "COMPLETED", commit.sha, commit.html_url, None)
+        "COMPLETED",
+        commit.sha,
+        commit.html_url,
+        None,
+    )
 
     listed = (await world.api.get(f"/til/{summary}/github-commits", headers=ada.headers)).json()
     [view] = listed["commits"]
     assert (view["status"], view["commitSha"], view["commitUrl"]) == (
-        "COMPLETED", commit.sha, commit.html_url)
+        "COMPLETED",
+        commit.sha,
+        commit.html_url,
+    )
     polled = (await world.api.get(f"/async-jobs/{accepted['jobId']}", headers=ada.headers)).json()
     assert polled["status"] == "COMPLETED"
 
@@ -61,7 +68,10 @@ async def test_a_lost_put_answer_is_retried_without_a_second_commit(worker_world
     assert [p.status for p in puts] == [None]  # one PUT, whose answer never arrived
     row = await world.commit_row(accepted["commitId"])
     assert (row.status, row.commit_sha, row.commit_url) == (
-        "COMPLETED", commits[0].sha, commits[0].html_url)
+        "COMPLETED",
+        commits[0].sha,
+        commits[0].html_url,
+    )
 
 
 async def test_rate_limits_are_waited_out_exactly_and_do_not_spend_the_try_budget(
@@ -71,7 +81,7 @@ async def test_rate_limits_are_waited_out_exactly_and_do_not_spend_the_try_budge
     kinds = ("http_429", "http_403_retry_after", "reset", "many")
     people = {kind: await world.ready() for kind in kinds}
     for kind in ("http_429", "http_403_retry_after"):
-        world.github.add_fault(kind, method="PUT", token=people[kind].token, retry_after="2")  # type: ignore[arg-type]
+        world.github.add_fault(kind, method="PUT", token=people[kind].token, retry_after="2")
     world.github.add_fault("http_403_reset", method="PUT", token=people["reset"].token, reset_in=2)
     # more rate-limited answers in a row than the worker has tries (3): waits are not failures
     world.github.add_fault(
@@ -83,8 +93,10 @@ async def test_rate_limits_are_waited_out_exactly_and_do_not_spend_the_try_budge
     assert [j.status for j in jobs] == ["COMPLETED"] * 4, [j.error_message for j in jobs]
     for kind in kinds:
         assert len(world.github.commits_for(people[kind].login, "til", PATH)) == 1
-        limited = [r for r in world.github.requests_with(people[kind].token) if r.status in (403, 429)]
-        assert len(limited) == (4 if kind == "many" else 1)
+        paced = [
+            r for r in world.github.requests_with(people[kind].token) if r.status in (403, 429)
+        ]
+        assert len(paced) == (4 if kind == "many" else 1)
     for kind in ("http_429", "http_403_retry_after"):
         requests = world.github.requests_with(people[kind].token)
         [limited] = [r for r in requests if r.status in (403, 429)]

@@ -30,7 +30,7 @@ def test_round_trip_names_its_key_and_hides_the_plaintext() -> None:
     cipher = TokenCipher.from_setting(key)
     alice = uuid.uuid4()
     stored = cipher.encrypt(SECRET, user_id=alice, purpose=Purpose.GITHUB_TOKEN)
-    version, kid, blob = stored.split(":")
+    version, kid, _ = stored.split(":")
     assert (version, kid) == ("v1", key_id(parse_keys(key)[0]))
     assert SECRET not in stored and SECRET.encode().hex() not in stored
     assert cipher.decrypt(stored, user_id=alice, purpose=Purpose.GITHUB_TOKEN) == SECRET
@@ -57,7 +57,9 @@ def test_a_value_moved_to_another_user_or_column_or_tampered_does_not_decrypt() 
 def test_newest_key_encrypts_any_listed_key_decrypts_and_dropped_keys_are_named() -> None:
     old, new = generate_key(), generate_key()
     user = uuid.uuid4()
-    before = TokenCipher.from_setting(old).encrypt(SECRET, user_id=user, purpose=Purpose.GITHUB_TOKEN)
+    before = TokenCipher.from_setting(old).encrypt(
+        SECRET, user_id=user, purpose=Purpose.GITHUB_TOKEN
+    )
     rotating = TokenCipher.from_setting(f"{new}, {old}")
     assert rotating.decrypt(before, user_id=user, purpose=Purpose.GITHUB_TOKEN) == SECRET
     assert not rotating.is_current(before)
@@ -91,8 +93,12 @@ def test_local_runs_generate_one_key_production_refuses_missing_or_placeholder_k
     settings_class: type[ApiSettings | GithubWorkerSettings | AiWorkerSettings],
     tmp_path: Path,
 ) -> None:
-    first = settings_class(san_env="development", data_dir=tmp_path, database_url="postgresql://x/y")
-    second = settings_class(san_env="development", data_dir=tmp_path, database_url="postgresql://x/y")
+    first = settings_class(
+        san_env="development", data_dir=tmp_path, database_url="postgresql://x/y"
+    )
+    second = settings_class(
+        san_env="development", data_dir=tmp_path, database_url="postgresql://x/y"
+    )
     assert first.token_encryption_keys == second.token_encryption_keys  # generated once, reused
     parse_keys(first.token_encryption_keys)
     assert first.token_encryption_keys not in repr(first)
@@ -104,8 +110,8 @@ def test_local_runs_generate_one_key_production_refuses_missing_or_placeholder_k
         "auth_jwt_secret": "p" * 40,
     }
     with pytest.raises(ValidationError, match="TOKEN_ENCRYPTION_KEYS must be set"):
-        settings_class(**production)  # type: ignore[arg-type]
+        settings_class(**production)
     with pytest.raises(ValidationError, match="placeholder"):
-        settings_class(**production, token_encryption_keys="changeme")  # type: ignore[arg-type]
-    ok = settings_class(**production, token_encryption_keys=generate_key())  # type: ignore[arg-type]
+        settings_class(**production, token_encryption_keys="changeme")
+    ok = settings_class(**production, token_encryption_keys=generate_key())
     assert ok.san_env == "production"

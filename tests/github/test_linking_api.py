@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import pytest
 from sqlalchemy import select, update
 
@@ -15,7 +13,7 @@ from san_common.crypto import Purpose
 from san_common.models import GithubAccount, GithubOAuthState, GithubRepository
 from tests.api.support import assert_problem
 from tests.fakes.fake_github import FakeGithub
-from tests.github.conftest import REDIRECT_URI, api_client, github_api_settings
+from tests.github.conftest import api_client, github_api_settings
 from tests.github.support import Person, World
 
 # -- token linking ------------------------------------------------------------------------------
@@ -66,8 +64,13 @@ async def test_a_token_github_rejects_is_not_stored(world: World) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [{}, {"accessToken": ""}, {"accessToken": "has space"}, {"accessToken": "x" * 256},
-     {"accessToken": "fake_ok", "extra": 1}],
+    [
+        {},
+        {"accessToken": ""},
+        {"accessToken": "has space"},
+        {"accessToken": "x" * 256},
+        {"accessToken": "fake_ok", "extra": 1},
+    ],
 )
 async def test_malformed_link_requests_are_400_and_never_echo_the_token(
     world: World, body: dict[str, object]
@@ -104,8 +107,11 @@ async def test_unlink_forgets_the_token(world: World) -> None:
 
 
 async def test_github_endpoints_need_a_bearer_token(world: World) -> None:
-    for method, path in (("GET", "/me/github"), ("GET", "/me/github/repositories"),
-                         ("POST", "/github-star-recommendations")):
+    for method, path in (
+        ("GET", "/me/github"),
+        ("GET", "/me/github/repositories"),
+        ("POST", "/github-star-recommendations"),
+    ):
         assert_problem(await world.api.request(method, path), 401, "UNAUTHORIZED")
 
 
@@ -118,18 +124,27 @@ async def test_connect_list_and_disconnect_a_repository(world: World) -> None:
     await world.link(frank)
     created = await world.api.post(
         "/me/github/repositories",
-        json={"owner": frank.login.lower(), "name": "til-notes", "branch": "main",
-              "directory": " notes/daily/ "},
+        json={
+            "owner": frank.login.lower(),
+            "name": "til-notes",
+            "branch": "main",
+            "directory": " notes/daily/ ",
+        },
         headers=frank.headers,
     )
     assert created.status_code == 201, created.text
     repo = created.json()
     # stored as GitHub spells it, with a normalized folder
     assert (repo["owner"], repo["name"], repo["branch"], repo["directory"]) == (
-        frank.login, "Til-Notes", "main", "notes/daily")
+        frank.login,
+        "Til-Notes",
+        "main",
+        "notes/daily",
+    )
 
     again = await world.api.post(
-        "/me/github/repositories", json={"owner": frank.login, "name": "TIL-NOTES"},
+        "/me/github/repositories",
+        json={"owner": frank.login, "name": "TIL-NOTES"},
         headers=frank.headers,
     )
     assert_problem(again, 409, "DUPLICATE_RESOURCE")
@@ -162,7 +177,8 @@ async def test_repository_checks_each_have_their_own_code(world: World) -> None:
 
     world.github.add_repo("someone-else", "shared", pushers={"someone-else"})
     response = await world.api.post(
-        "/me/github/repositories", json={"owner": "someone-else", "name": "shared"},
+        "/me/github/repositories",
+        json={"owner": "someone-else", "name": "shared"},
         headers=gina.headers,
     )
     assert_problem(response, 400, "REPOSITORY_NOT_WRITABLE")
@@ -200,74 +216,59 @@ async def test_malformed_repositories_are_400(world: World, body: dict[str, str]
 # -- OAuth web flow -----------------------------------------------------------------------------
 
 
-async def authorize(world: World, person: Person) -> tuple[str, str]:
-    """Start the flow and let the fake GitHub's 'browser' consent: (code, state)."""
-    started = await world.api.get("/me/github/oauth/authorize", headers=person.headers)
-    assert started.status_code == 200, started.text
-    url = started.json()["authorizeUrl"]
-    query = parse_qs(urlsplit(url).query)
-    assert query["code_challenge_method"] == ["S256"] and query["redirect_uri"] == [REDIRECT_URI]
-    world.github.authorize_as(person.token)
-    async with httpx.AsyncClient() as browser:
-        consent = await browser.get(url)
-    assert consent.status_code == 302
-    back = parse_qs(urlsplit(consent.headers["location"]).query)
-    assert back["state"] == query["state"]
-    return back["code"][0], back["state"][0]
-
-
-async def callback(world: World, **params: str) -> httpx.Response:
-    return await world.api.get("/github/oauth/callback", params=params)
-
-
 async def test_oauth_happy_path_stores_a_validated_token(world: World) -> None:
     ivy = world.person()
-    code, state = await authorize(world, ivy)
-    done = await callback(world, code=code, state=state)
+    code, state = await world.authorize(ivy)
+    done = await world.callback(code=code, state=state)
     assert done.status_code == 200, done.text
     assert done.json()["login"] == ivy.login
     assert ivy.token not in done.text
     assert (await world.api.get("/me/github", headers=ivy.headers)).json()["login"] == ivy.login
     assert await stored_token(world, ivy) == ivy.token
     # GET /user re-validated the token the code exchange handed out
-    exchange = next(i for i, r in enumerate(world.github.requests) if r.path.endswith("access_token"))
-    assert any(r.path.endswith("/user") and r.token == ivy.token
-               for r in world.github.requests[exchange:])
+    exchange = next(
+        i for i, r in enumerate(world.github.requests) if r.path.endswith("access_token")
+    )
+    assert any(
+        r.path.endswith("/user") and r.token == ivy.token for r in world.github.requests[exchange:]
+    )
     async with world.sessions() as session:
-        states = list(await session.scalars(
-            select(GithubOAuthState).where(GithubOAuthState.user_id == await world.user_id(ivy))
-        ))
+        states = list(
+            await session.scalars(
+                select(GithubOAuthState).where(GithubOAuthState.user_id == await world.user_id(ivy))
+            )
+        )
     assert len(states) == 1 and states[0].used_at is not None
     assert state not in states[0].state_hash  # only a hash of the state is kept
 
 
 async def test_oauth_missing_wrong_reused_or_expired_state_is_rejected(world: World) -> None:
     jack = world.person()
-    code, state = await authorize(world, jack)
-    assert_problem(await callback(world, code=code), 400, "OAUTH_STATE_INVALID")
-    assert_problem(await callback(world, code=code, state=state + "x"), 400, "OAUTH_STATE_INVALID")
-    assert_problem(await callback(world, code=code, state=""), 400, "OAUTH_STATE_INVALID")
-    assert (await callback(world, code=code, state=state)).status_code == 200
-    assert_problem(await callback(world, code=code, state=state), 400, "OAUTH_STATE_INVALID")
+    code, state = await world.authorize(jack)
+    assert_problem(await world.callback(code=code), 400, "OAUTH_STATE_INVALID")
+    assert_problem(await world.callback(code=code, state=state + "x"), 400, "OAUTH_STATE_INVALID")
+    assert_problem(await world.callback(code=code, state=""), 400, "OAUTH_STATE_INVALID")
+    assert (await world.callback(code=code, state=state)).status_code == 200
+    assert_problem(await world.callback(code=code, state=state), 400, "OAUTH_STATE_INVALID")
 
     kim = world.person()
-    code, state = await authorize(world, kim)
+    code, state = await world.authorize(kim)
     async with world.sessions() as session, session.begin():
         await session.execute(
             update(GithubOAuthState)
             .where(GithubOAuthState.user_id == await world.user_id(kim))
             .values(expires_at=GithubOAuthState.created_at - timedelta(seconds=1))
         )
-    assert_problem(await callback(world, code=code, state=state), 400, "OAUTH_STATE_INVALID")
+    assert_problem(await world.callback(code=code, state=state), 400, "OAUTH_STATE_INVALID")
     assert_problem(await world.api.get("/me/github", headers=kim.headers), 404, "NOT_FOUND")
 
 
 async def test_a_code_issued_for_another_flow_fails_pkce(world: World) -> None:
     """An attacker's own code, injected into the victim's callback, fails PKCE."""
     victim, attacker = world.person(), world.person()
-    _, victim_state = await authorize(world, victim)
-    attacker_code, _ = await authorize(world, attacker)
-    response = await callback(world, code=attacker_code, state=victim_state)
+    _, victim_state = await world.authorize(victim)
+    attacker_code, _ = await world.authorize(attacker)
+    response = await world.callback(code=attacker_code, state=victim_state)
     body = assert_problem(response, 400, "OAUTH_CODE_REJECTED")
     assert "bad_verification_code" in body["detail"]
     assert_problem(await world.api.get("/me/github", headers=victim.headers), 404, "NOT_FOUND")
@@ -277,8 +278,8 @@ async def test_a_code_issued_for_another_flow_fails_pkce(world: World) -> None:
 
 async def test_oauth_denied_by_the_user_is_rejected(world: World) -> None:
     liam = world.person()
-    _, state = await authorize(world, liam)
-    response = await callback(world, error="access_denied", state=state)
+    _, state = await world.authorize(liam)
+    response = await world.callback(error="access_denied", state=state)
     assert_problem(response, 400, "OAUTH_CODE_REJECTED")
 
 

@@ -18,7 +18,10 @@ ADVISORY = (
 
 
 async def test_a_second_process_waits_for_the_same_user_but_not_for_another(db_url: str) -> None:
-    first_engine, second_engine = create_engine(db_url, pool_size=2), create_engine(db_url, pool_size=2)
+    first_engine, second_engine = (
+        create_engine(db_url, pool_size=2),
+        create_engine(db_url, pool_size=2),
+    )
     first, second = UserLocks(first_engine), UserLocks(second_engine)
     alice, bob = uuid.uuid4(), uuid.uuid4()
 
@@ -28,9 +31,7 @@ async def test_a_second_process_waits_for_the_same_user_but_not_for_another(db_u
 
     async def waiting_on_advisory_lock() -> bool:
         async with first_engine.connect() as connection:
-            waiting = await connection.scalar(
-                text(f"{ADVISORY} AND NOT granted")
-            )
+            waiting = await connection.scalar(text(f"{ADVISORY} AND NOT granted"))
         return bool(waiting)
 
     try:
@@ -45,9 +46,7 @@ async def test_a_second_process_waits_for_the_same_user_but_not_for_another(db_u
         await asyncio.wait_for(blocked, 5)  # released: the second one gets it
         # and nothing stays locked on the pooled connections
         async with first_engine.connect() as connection:
-            held = await connection.scalar(
-                text(ADVISORY)
-            )
+            held = await connection.scalar(text(ADVISORY))
         assert held == 0
     finally:
         await first_engine.dispose()

@@ -326,7 +326,7 @@ def _starred(item: Any) -> StarredRepo | None:
     if not isinstance(item, dict):
         return None
     # `application/vnd.github.star+json` wraps each repository in {"starred_at", "repo"}.
-    repo = item.get("repo") if isinstance(item.get("repo"), dict) else item
+    repo: dict[str, Any] = item["repo"] if isinstance(item.get("repo"), dict) else item
     full_name = repo.get("full_name")
     if not isinstance(full_name, str) or not full_name:
         return None
