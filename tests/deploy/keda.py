@@ -100,7 +100,12 @@ SCALED_OBJECT: dict[str, Any] = {
                                 "required": ["name"],
                                 "properties": {
                                     "name": {"type": "string"},
-                                    "kind": {"enum": ["TriggerAuthentication", "ClusterTriggerAuthentication"]},
+                                    "kind": {
+                                        "enum": [
+                                            "TriggerAuthentication",
+                                            "ClusterTriggerAuthentication",
+                                        ]
+                                    },
                                 },
                             },
                         },

@@ -15,7 +15,9 @@ from typing import Any
 import yaml
 
 SUPPORTED = frozenset({"apiVersion", "kind", "resources", "patches", "images", "namespace"})
-CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"})
+CLUSTER_SCOPED = frozenset(
+    {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+)
 
 Manifest = dict[str, Any]
 
@@ -74,7 +76,10 @@ def _merge(base: Any, patch: Any, *, by_name: bool) -> Any:
     if by_name and _named_list(base) and _named_list(patch):
         # strategic merge of containers, env, volumes …: items merge by their `name`
         by_key = {item["name"]: item for item in patch}
-        merged_list = [_merge(item, by_key.pop(item["name"]), by_name=True) if item["name"] in by_key else item for item in base]
+        merged_list = [
+            _merge(item, by_key.pop(item["name"]), by_name=True) if item["name"] in by_key else item
+            for item in base
+        ]
         assert not by_key, f"patch adds list items {list(by_key)}; keep patches to existing items"
         return merged_list
     return copy.deepcopy(patch)

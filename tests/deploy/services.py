@@ -71,7 +71,9 @@ class Service:
         inherited from ServiceSettings but never used (AMQP_URL in recovery) is not here."""
         code = "\n".join(p.read_text() for source in self.sources for p in _python_files(source))
         attributes = set(re.findall(r"settings\.(\w+)", code))
-        return frozenset(env for env, field in env_fields(self.settings).items() if field in attributes)
+        return frozenset(
+            env for env, field in env_fields(self.settings).items() if field in attributes
+        )
 
 
 def _python_files(source: Path) -> list[Path]:
@@ -141,7 +143,10 @@ def service_of_script(script: str) -> Service:
 def all_console_scripts() -> dict[str, str]:
     """Console script → the package that installs it."""
     scripts: dict[str, str] = {}
-    for pyproject in [ROOT / "libs/common/pyproject.toml", *(ROOT / "services").glob("*/pyproject.toml")]:
+    for pyproject in [
+        ROOT / "libs/common/pyproject.toml",
+        *(ROOT / "services").glob("*/pyproject.toml"),
+    ]:
         package, found = _scripts(pyproject)
         scripts.update(dict.fromkeys(found, package))
     return scripts
@@ -158,4 +163,4 @@ def settings_from(
         monkeypatch.delenv(name, raising=False)
     values: dict[str, object] = {fields[k]: v for k, v in env.items() if k in fields}
     values["data_dir"] = data_dir
-    return service.settings(**values)  # type: ignore[arg-type]
+    return service.settings(**values)

@@ -12,7 +12,14 @@ import pytest
 import yaml
 
 from san_common.crypto import generate_key
-from tests.deploy.services import CONTRACT_VARIABLES, ROOT, Service, looks_secret, services, settings_from
+from tests.deploy.services import (
+    CONTRACT_VARIABLES,
+    ROOT,
+    Service,
+    looks_secret,
+    services,
+    settings_from,
+)
 from tests.deploy.test_images import parse_dockerfile
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -28,7 +35,11 @@ def compose() -> dict[str, Any]:
 
 
 def env_example() -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines() if line and not line.startswith("#"))
+    pairs = (
+        line.split("=", 1)
+        for line in ENV_EXAMPLE.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     return {key.strip(): value for key, value in pairs}
 
 
@@ -51,11 +62,18 @@ def interpolate(value: str, variables: dict[str, str]) -> str:
 
 def ours(compose: dict[str, Any]) -> dict[str, Service]:
     """Compose services built from deploy/Dockerfile, by name, with the service they run."""
-    return {name: services()[spec["build"]["target"]] for name, spec in compose["services"].items() if "build" in spec}
+    return {
+        name: services()[spec["build"]["target"]]
+        for name, spec in compose["services"].items()
+        if "build" in spec
+    }
 
 
 def container_env(spec: dict[str, Any], variables: dict[str, str]) -> dict[str, str]:
-    return {key: interpolate(str(value), variables) for key, value in spec.get("environment", {}).items()}
+    return {
+        key: interpolate(str(value), variables)
+        for key, value in spec.get("environment", {}).items()
+    }
 
 
 def seconds(duration: str) -> float:
@@ -64,7 +82,9 @@ def seconds(duration: str) -> float:
 
 
 def test_compose_runs_every_service_over_postgres_and_rabbitmq(compose: dict[str, Any]) -> None:
-    assert set(ours(compose)) == set(services()), "every service (and the migration) runs in compose"
+    assert set(ours(compose)) == set(services()), (
+        "every service (and the migration) runs in compose"
+    )
     assert all(name == service.name for name, service in ours(compose).items())
     defined = compose["services"]
     assert defined["postgres"]["image"].startswith("pgvector/pgvector:")
@@ -80,23 +100,31 @@ def test_every_service_has_a_health_check_or_waits_for_one(compose: dict[str, An
         for dependency, rule in depends.items():
             condition = rule["condition"]
             if condition == "service_healthy":
-                assert "healthcheck" in defined[dependency], f"{name} waits on {dependency}'s health"
+                assert "healthcheck" in defined[dependency], (
+                    f"{name} waits on {dependency}'s health"
+                )
             else:
                 assert condition == "service_completed_successfully", (name, dependency)
                 assert defined[dependency].get("restart") == "no", f"{dependency} must be one-shot"
         if "healthcheck" not in spec:
-            assert spec.get("restart") == "no" and depends, f"{name}: no health check, waits on nothing"
+            assert spec.get("restart") == "no" and depends, (
+                f"{name}: no health check, waits on nothing"
+            )
     for name, service in ours(compose).items():
         if service.name != "migrate":
             condition = defined[name]["depends_on"]["migrate"]["condition"]
-            assert condition == "service_completed_successfully", f"{name} starts before the migration"
+            assert condition == "service_completed_successfully", (
+                f"{name} starts before the migration"
+            )
 
 
 def test_images_are_built_from_the_dockerfile_targets(compose: dict[str, Any]) -> None:
     stages = parse_dockerfile()
     for name, service in ours(compose).items():
         build = compose["services"][name]["build"]
-        assert (ROOT / build["context"] / build["dockerfile"]).resolve() == ROOT / "deploy" / "Dockerfile"
+        assert (
+            ROOT / build["context"] / build["dockerfile"]
+        ).resolve() == ROOT / "deploy" / "Dockerfile"
         assert build["target"] in stages, build
         assert compose["services"][name]["image"].startswith(f"san-{service.name}:")
 
@@ -146,7 +174,9 @@ def test_the_settings_accept_what_compose_gives_them(
         for key, value in env.items():
             field = service.settings.model_fields[key.lower()]
             if value == "" and isinstance(field.default, str):
-                assert field.default == "", f"{name}: {key} is blank, its default {field.default!r} lost"
+                assert field.default == "", (
+                    f"{name}: {key} is blank, its default {field.default!r} lost"
+                )
 
 
 def test_every_variable_is_documented_in_env_example(compose: dict[str, Any]) -> None:
@@ -156,7 +186,9 @@ def test_every_variable_is_documented_in_env_example(compose: dict[str, Any]) ->
 
 
 def test_no_secret_is_written_into_compose(compose: dict[str, Any]) -> None:
-    assert not any(env_example()[k] for k in env_example() if looks_secret(k)), ".env.example holds a secret"
+    assert not any(env_example()[k] for k in env_example() if looks_secret(k)), (
+        ".env.example holds a secret"
+    )
     for name, spec in compose["services"].items():
         for key, value in spec.get("environment", {}).items():
             if looks_secret(key):
@@ -171,7 +203,12 @@ def test_a_stop_lets_workers_finish_their_jobs(compose: dict[str, Any]) -> None:
     for name, service in ours(compose).items():
         env = container_env(compose["services"][name], env_example())
         if "WORKER_DRAIN_SECONDS" in service.env_names:
-            drain = float(env.get("WORKER_DRAIN_SECONDS", service.settings.model_fields["worker_drain_seconds"].default))
+            drain = float(
+                env.get(
+                    "WORKER_DRAIN_SECONDS",
+                    service.settings.model_fields["worker_drain_seconds"].default,
+                )
+            )
             assert seconds(compose["services"][name]["stop_grace_period"]) >= drain + 10, name
 
 

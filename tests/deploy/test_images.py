@@ -94,7 +94,9 @@ def test_each_service_has_a_target_that_runs_its_console_script(
         assert {"--frozen", "--no-dev", "--no-editable"} <= set(words), sync
         assert words[words.index("--package") + 1] == service.package, sync
     sources = copy_sources(build)
-    own = {"libs/common/src"} | ({f"services/{service.name}/src"} if service.name != "migrate" else set())
+    own = {"libs/common/src"} | (
+        {f"services/{service.name}/src"} if service.name != "migrate" else set()
+    )
     assert sources == own, "a build stage copies only san-common and its own service"
 
 
@@ -117,7 +119,16 @@ def test_the_workspace_stage_copies_every_members_metadata(stages: dict[str, Sta
 def test_an_image_installs_only_its_own_package(service: Service) -> None:
     """What `uv sync --frozen --no-dev --package X` installs, read from the lock file."""
     exported = subprocess.run(
-        ["uv", "export", "--frozen", "--no-dev", "--no-hashes", "--no-header", "--package", service.package],
+        [
+            "uv",
+            "export",
+            "--frozen",
+            "--no-dev",
+            "--no-hashes",
+            "--no-header",
+            "--package",
+            service.package,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -126,7 +137,9 @@ def test_an_image_installs_only_its_own_package(service: Service) -> None:
     ).stdout
     lines = [line for line in exported.splitlines() if line and line[0] not in "# "]
     workspace = {line.removeprefix("-e ") for line in lines if line.startswith("-e ")}
-    own = {"./libs/common"} | ({f"./services/{service.name}"} if service.name != "migrate" else set())
+    own = {"./libs/common"} | (
+        {f"./services/{service.name}"} if service.name != "migrate" else set()
+    )
     assert workspace == own
     requirements = {line.split("==")[0] for line in lines}
     assert not [tool for tool in DEV_TOOLS if tool in requirements], exported
@@ -154,5 +167,11 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_little_else(
     copied = set().union(*(copy_sources(stage) for stage in stages.values()))
     for source in copied:
         assert not _dockerignored(source), f"{source} is copied but .dockerignore drops it"
-    for junk in (".venv/bin/python", ".git/HEAD", "tests/conftest.py", ".data/secrets/x", "libs/common/src/san_common/__pycache__/x.pyc"):
+    for junk in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/conftest.py",
+        ".data/secrets/x",
+        "libs/common/src/san_common/__pycache__/x.pyc",
+    ):
         assert _dockerignored(junk), junk

@@ -19,7 +19,7 @@ from san_common.broker.topology import Topology
 from san_common.crypto import generate_key
 from san_common.jobs.types import AI_JOB_TYPES, GITHUB_JOB_TYPES, JobType
 from tests.deploy import keda
-from tests.deploy.kustomize import builtin, build, containers, image_name, load_documents, pod_specs
+from tests.deploy.kustomize import build, builtin, containers, image_name, load_documents, pod_specs
 from tests.deploy.services import (
     CONTRACT_VARIABLES,
     ROOT,
@@ -32,9 +32,14 @@ from tests.deploy.services import (
 
 K8S = ROOT / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.31"  # the oldest minor release still supported upstream
-OVERLAYS = {"base": K8S / "base", "local": K8S / "overlays" / "local", "production": K8S / "overlays" / "production"}
+OVERLAYS = {
+    "base": K8S / "base",
+    "local": K8S / "overlays" / "local",
+    "production": K8S / "overlays" / "production",
+}
 WORKER_QUEUES = {"ai-worker": AI_JOB_TYPES, "github-worker": GITHUB_JOB_TYPES}
 SECRET_NAME = "san-secrets"
+_NUMERIC = ("_SECONDS", "_TRIES")
 
 Manifest = dict[str, Any]
 
@@ -58,7 +63,8 @@ def ours(manifests: list[Manifest]) -> list[Manifest]:
     return [
         m
         for m in manifests
-        if m["kind"] in ("Deployment", "Job") and m["metadata"]["labels"].get("app.kubernetes.io/part-of") == "san"
+        if m["kind"] in ("Deployment", "Job")
+        and m["metadata"]["labels"].get("app.kubernetes.io/part-of") == "san"
     ]
 
 
@@ -116,7 +122,11 @@ def test_every_manifest_validates_against_the_kubernetes_schemas(rendered: list[
             "apiVersion": "autoscaling/v2",
             "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": "check"},
-            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 1, "behavior": behavior},
+            "spec": {
+                "scaleTargetRef": {"kind": "Deployment", "name": "x"},
+                "maxReplicas": 1,
+                "behavior": behavior,
+            },
         }
         kubernetes_validate.validate(hpa, KUBERNETES_VERSION, strict=True)
 
@@ -138,12 +148,19 @@ def test_the_schema_checks_do_catch_mistakes() -> None:
 @pytest.mark.parametrize("overlay", ["local", "production"])
 def test_the_renderer_agrees_with_kubectl_kustomize(overlay: str) -> None:
     output = subprocess.run(
-        ["kubectl", "kustomize", str(OVERLAYS[overlay])], capture_output=True, text=True, check=True, timeout=60
+        ["kubectl", "kustomize", str(OVERLAYS[overlay])],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
-    key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731
-    theirs = {key(m): m for m in yaml.safe_load_all(output) if m}
-    mine = {key(m): m for m in build(OVERLAYS[overlay])}
+    theirs = {_key(m): m for m in yaml.safe_load_all(output) if m}
+    mine = {_key(m): m for m in build(OVERLAYS[overlay])}
     assert mine == theirs
+
+
+def _key(manifest: Manifest) -> tuple[str, str]:
+    return manifest["kind"], manifest["metadata"]["name"]
 
 
 # ---- workloads -------------------------------------------------------------------------
@@ -196,7 +213,9 @@ def test_no_secret_values_are_committed() -> None:
             for container in containers(manifest):
                 for var in container.get("env", []):
                     if looks_secret(var["name"]):
-                        assert "secretKeyRef" in var.get("valueFrom", {}), f"{path}: {var['name']} is a literal"
+                        assert "secretKeyRef" in var.get("valueFrom", {}), (
+                            f"{path}: {var['name']} is a literal"
+                        )
 
 
 def test_env_names_match_the_settings_and_the_settings_accept_them(
@@ -234,14 +253,18 @@ def test_keda_scales_each_worker_on_exactly_its_queues(rendered: list[Manifest])
     prefix = named(rendered, "ConfigMap", "san-config")["data"]["AMQP_PREFIX"]
     topology = Topology(prefix)
     auths = {a["metadata"]["name"]: a for a in of_kind(rendered, "TriggerAuthentication")}
-    scaled_objects = {s["spec"]["scaleTargetRef"]["name"]: s for s in of_kind(rendered, "ScaledObject")}
+    scaled_objects = {
+        s["spec"]["scaleTargetRef"]["name"]: s for s in of_kind(rendered, "ScaledObject")
+    }
     assert set(scaled_objects) == {f"san-{w}" for w in WORKER_QUEUES}
     for worker, job_types in WORKER_QUEUES.items():
         scaled = scaled_objects[f"san-{worker}"]
         deployment = named(rendered, "Deployment", f"san-{worker}")
         assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
         triggers = scaled["spec"]["triggers"]
-        assert {t["metadata"]["queueName"] for t in triggers} == {topology.queue_name(t) for t in job_types}
+        assert {t["metadata"]["queueName"] for t in triggers} == {
+            topology.queue_name(t) for t in job_types
+        }
         assert len(triggers) == len(job_types)
         for trigger in triggers:
             # the management API counts unacknowledged (in-progress) messages too
@@ -263,7 +286,9 @@ def test_disruption_budgets_cover_every_replicated_deployment(rendered: list[Man
         if deployment["spec"].get("replicas", 1) < 2 and name not in scaled:
             continue
         labels = deployment["spec"]["template"]["metadata"]["labels"]
-        matching = [b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        matching = [
+            b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
         assert len(matching) == 1, f"{name}: {len(matching)} PodDisruptionBudgets"
 
 
@@ -280,44 +305,64 @@ def test_grace_periods_outlast_the_longest_job(rendered: list[Manifest]) -> None
         env = container_env(rendered, container)
         settings = service_of(deployment).settings
         defaults = {name.upper(): f.default for name, f in settings.model_fields.items()}
-        value = lambda name: float(env.get(name, defaults[name]))  # noqa: E731
+        values = {
+            name: float(env.get(name, default))
+            for name, default in defaults.items()
+            if name.endswith(_NUMERIC)
+        }
         # the longest attempt is taken as one external call running into its timeout
-        timeouts = [n for n in defaults if n.split("_")[0] in ("AI", "GITHUB") and n.endswith("_TIMEOUT_SECONDS")]
-        longest_job = max(value(t) for t in timeouts) * value("WORKER_MAX_TRIES")
-        assert value("WORKER_DRAIN_SECONDS") >= longest_job, worker
+        timeouts = [
+            v
+            for n, v in values.items()
+            if n.startswith(("AI_", "GITHUB_")) and n.endswith("_TIMEOUT_SECONDS")
+        ]
+        longest_job = max(timeouts) * values["WORKER_MAX_TRIES"]
+        drain = values["WORKER_DRAIN_SECONDS"]
+        assert drain >= longest_job, worker
         grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         # the drain, then releasing what is left, before the kubelet's SIGKILL
-        assert grace >= value("WORKER_DRAIN_SECONDS") + 10, worker
+        assert grace >= drain + 10, worker
     api = named(rendered, "Deployment", "san-api")
     [container] = list(containers(api))
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep" and int(pre_stop[1]) >= 5
     uvicorn_graceful = 20  # san_api.main: timeout_graceful_shutdown
-    assert api["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > int(pre_stop[1]) + uvicorn_graceful
+    assert (
+        api["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        > int(pre_stop[1]) + uvicorn_graceful
+    )
 
 
 # ---- wiring ----------------------------------------------------------------------------
 
 
 def test_selectors_select_their_pods(rendered: list[Manifest]) -> None:
-    templates = [w["spec"]["template"]["metadata"]["labels"] for w in rendered if "template" in w.get("spec", {})]
+    templates = [
+        w["spec"]["template"]["metadata"]["labels"]
+        for w in rendered
+        if "template" in w.get("spec", {})
+    ]
     for workload in rendered:
         if "template" in workload.get("spec", {}) and "selector" in workload["spec"]:
             selector = workload["spec"]["selector"]["matchLabels"]
             assert selector.items() <= workload["spec"]["template"]["metadata"]["labels"].items()
     for service in of_kind(rendered, "Service"):
         selector = service["spec"]["selector"]
-        assert any(selector.items() <= labels.items() for labels in templates), service["metadata"]["name"]
+        assert any(selector.items() <= labels.items() for labels in templates), service["metadata"][
+            "name"
+        ]
 
 
 def test_images_are_the_dockerfile_targets(rendered: list[Manifest]) -> None:
     targets = {f"san-{name}" for name in services()}
     for workload in ours(rendered):
         [container] = list(containers(workload))
-        name, _, tag = container["image"].rpartition(":") if ":" in container["image"].rsplit("/", 1)[-1] else (container["image"], "", "")
-        assert name.rsplit("/", 1)[-1] in targets
-        if named(rendered, "ConfigMap", "san-config")["data"]["SAN_ENV"] == "production" and "/" in name:
-            assert tag and tag != "latest", "production pins a release tag"
+        image = container["image"]
+        name = image_name(image)
+        assert name.rsplit("/", 1)[-1] in targets, image
+        if "/" in name:  # pulled from a registry: a release, never a moving tag
+            tag = image.removeprefix(name).removeprefix(":")
+            assert tag and tag != "latest", image
 
 
 # ---- network ---------------------------------------------------------------------------
@@ -337,9 +382,13 @@ def _port_allowed(rule: dict[str, Any], port: int) -> bool:
     return "ports" not in rule or any(p["port"] == port for p in rule["ports"])
 
 
-def _policies(rendered: list[Manifest], labels: dict[str, str], direction: str) -> Iterator[dict[str, Any]]:
+def _policies(
+    rendered: list[Manifest], labels: dict[str, str], direction: str
+) -> Iterator[dict[str, Any]]:
     for policy in of_kind(rendered, "NetworkPolicy"):
-        if direction in policy["spec"]["policyTypes"] and _selects(policy["spec"]["podSelector"], labels):
+        if direction in policy["spec"]["policyTypes"] and _selects(
+            policy["spec"]["podSelector"], labels
+        ):
             yield policy
 
 
@@ -347,7 +396,8 @@ def ingress_allowed(rendered: list[Manifest], component: str, namespace: str, po
     labels = _pod_labels(rendered, component)
     peer = {"kubernetes.io/metadata.name": namespace}
     return any(
-        _port_allowed(rule, port) and any(_selects(p.get("namespaceSelector", {}), peer) for p in rule["from"])
+        _port_allowed(rule, port)
+        and any(_selects(p.get("namespaceSelector", {}), peer) for p in rule["from"])
         for policy in _policies(rendered, labels, "Ingress")
         for rule in policy["spec"].get("ingress", [])
     )
@@ -364,6 +414,7 @@ def egress_allowed(rendered: list[Manifest], component: str, port: int) -> bool:
 
 
 def _pod_labels(rendered: list[Manifest], component: str) -> dict[str, str]:
+    labels: dict[str, str]
     [labels] = [
         w["spec"]["template"]["metadata"]["labels"]
         for w in ours(rendered)
@@ -372,20 +423,30 @@ def _pod_labels(rendered: list[Manifest], component: str) -> dict[str, str]:
     return labels
 
 
-def test_network_policy_allows_only_the_paths_the_architecture_needs(rendered: list[Manifest]) -> None:
+def test_network_policy_allows_only_the_paths_the_architecture_needs(
+    rendered: list[Manifest],
+) -> None:
     components = [service_of(w).name for w in ours(rendered)]
     for component in components:
         labels = _pod_labels(rendered, component)
         assert any(
-            {"Ingress", "Egress"} <= set(p["spec"]["policyTypes"]) and not p["spec"].get("ingress") and not p["spec"].get("egress")
+            {"Ingress", "Egress"} <= set(p["spec"]["policyTypes"])
+            and not p["spec"].get("ingress")
+            and not p["spec"].get("egress")
             for p in _policies(rendered, labels, "Ingress")
         ), f"{component}: no default-deny policy"
         metrics_port = 8000 if component == "api" else 9000
-        assert ingress_allowed(rendered, component, "monitoring", metrics_port) == (component != "migrate")
+        assert ingress_allowed(rendered, component, "monitoring", metrics_port) == (
+            component != "migrate"
+        )
         assert not ingress_allowed(rendered, component, "default", metrics_port), component
-        assert ingress_allowed(rendered, component, "ingress-nginx", 8000) == (component == "api"), component
+        assert ingress_allowed(rendered, component, "ingress-nginx", 8000) == (
+            component == "api"
+        ), component
         assert egress_allowed(rendered, component, 5432), component
-        assert egress_allowed(rendered, component, 5672) == (component not in ("recovery", "migrate")), component
+        assert egress_allowed(rendered, component, 5672) == (
+            component not in ("recovery", "migrate")
+        ), component
         needs_https = component in ("api", "ai-worker", "github-worker")
         assert egress_allowed(rendered, component, 443) == needs_https, component
         assert not egress_allowed(rendered, component, 22), component

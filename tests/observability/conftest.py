@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TOKEN_KEYS
-from tests.e2e.conftest import Stack, stack_env  # noqa: F401 - the base environment fixture
+from tests.e2e.conftest import Stack
+from tests.e2e.conftest import stack_env as stack_env  # the base environment, a fixture
 from tests.infra import free_port
 from tests.observability.fake_collector import FakeCollector
 from tests.procs import ServiceProcess, wait_healthy
@@ -26,7 +27,11 @@ def collector() -> Iterator[FakeCollector]:
 
 
 @pytest.fixture
-def observed_stack(stack_env: dict[str, str], collector: FakeCollector, tmp_path: Path) -> Iterator[Stack]:  # noqa: F811
+def observed_stack(
+    stack_env: dict[str, str],
+    collector: FakeCollector,
+    tmp_path: Path,
+) -> Iterator[Stack]:
     """An API process with tracing on; tests start the rest with `start_probed`."""
     stack_env.update(
         TRACING_ENABLED="true",

@@ -39,7 +39,10 @@ class FakeCollector:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -60,13 +63,22 @@ class FakeCollector:
         received = []
         for resource_spans in request.resource_spans:
             service = next(
-                (a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"), ""
+                (
+                    a.value.string_value
+                    for a in resource_spans.resource.attributes
+                    if a.key == "service.name"
+                ),
+                "",
             )
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     received.append(
                         ReceivedSpan(
-                            service, span.name, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex()
+                            service,
+                            span.name,
+                            span.trace_id.hex(),
+                            span.span_id.hex(),
+                            span.parent_span_id.hex(),
                         )
                     )
         with self._lock:
@@ -74,7 +86,7 @@ class FakeCollector:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
@@ -90,5 +102,5 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(answer)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: object) -> None:
         pass

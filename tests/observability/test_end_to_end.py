@@ -46,7 +46,9 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 def one_scrap_through(stack: Stack, subject: str) -> dict[str, Any]:
     headers = stack.headers(subject)
     with stack.client() as client:
-        response = client.post("/scraps", json={"content": f"Observable scrap of {subject}"}, headers=headers)
+        response = client.post(
+            "/scraps", json={"content": f"Observable scrap of {subject}"}, headers=headers
+        )
         assert response.status_code == 202, response.text
         body: dict[str, Any] = response.json()
         for key in ("analysisJobId", "refineJobId"):
@@ -62,7 +64,9 @@ def test_metrics_show_real_values_after_an_end_to_end_job(observed_stack: Stack)
 
     api = scrape(stack.base_url)
     assert value(api, "san_http_requests_total", method="POST", route="/scraps", status="202") == 1
-    assert value(api, "san_http_request_duration_seconds_count", method="POST", route="/scraps") == 1
+    assert (
+        value(api, "san_http_request_duration_seconds_count", method="POST", route="/scraps") == 1
+    )
     for job_type in JOB_TYPES:
         assert value(api, "san_jobs_registered_total", job_type=job_type) == 1
 
@@ -93,7 +97,11 @@ def test_metrics_show_real_values_after_an_end_to_end_job(observed_stack: Stack)
 def known_secrets(stack: Stack) -> list[str]:
     """Every secret of the run: secret-looking variables, passwords in URLs, and the secrets
     the processes generated into the data directory."""
-    found = [v for k, v in stack.env.items() if looks_secret(k) and not v.startswith(("postgresql:", "amqp:"))]
+    found = [
+        v
+        for k, v in stack.env.items()
+        if looks_secret(k) and not v.startswith(("postgresql:", "amqp:"))
+    ]
     found += [p for v in stack.env.values() if "://" in v and (p := urlsplit(v).password)]
     secrets_dir = Path(stack.env["DATA_DIR"]) / "secrets"
     if secrets_dir.exists():
@@ -115,7 +123,11 @@ def test_logs_are_json_lines_with_job_context_and_no_secrets(
         assert process.terminate() in clean, process.log()
 
     secrets = known_secrets(stack)
-    assert {stack.env["AUTH_JWT_SECRET"], stack.env["TOKEN_ENCRYPTION_KEYS"], stack.env["AI_API_KEY"]} <= set(secrets)
+    assert {
+        stack.env["AUTH_JWT_SECRET"],
+        stack.env["TOKEN_ENCRYPTION_KEYS"],
+        stack.env["AI_API_KEY"],
+    } <= set(secrets)
     job_lines = []
     for process in stack.processes:
         for raw in process.log().splitlines():
@@ -136,7 +148,11 @@ def test_logs_are_json_lines_with_job_context_and_no_secrets(
     [trace_id] = {line["trace_id"] for line in job_lines}
 
     def whole_trace_exported() -> bool:
-        return {s.service for s in collector.spans if s.trace_id == trace_id} == {"api", "relay", "ai-worker"}
+        return {s.service for s in collector.spans if s.trace_id == trace_id} == {
+            "api",
+            "relay",
+            "ai-worker",
+        }
 
     wait_until(whole_trace_exported, 10, "the spans of api, relay and ai-worker")
     [root] = [s for s in collector.spans if s.trace_id == trace_id and not s.parent_id]

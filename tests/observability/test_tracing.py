@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.handlers import build_handlers
@@ -33,7 +34,9 @@ pytestmark = pytest.mark.rabbit
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    assert tracing.configure_tracing(ServiceSettings(service_name="test"), exporter=exporter, batch=False)
+    assert tracing.configure_tracing(
+        ServiceSettings(service_name="test"), exporter=exporter, batch=False
+    )
     try:
         yield exporter
     finally:
@@ -55,7 +58,9 @@ async def system(
         handlers=build_handlers(ai),
         config=RuntimeConfig(prefetch=10, lease_seconds=30),
     )
-    relay_settings = RelaySettings(database_url=fresh_db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix)
+    relay_settings = RelaySettings(
+        database_url=fresh_db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix
+    )
     relay = Relay(relay_settings, sessions, topology)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(worker.run(stop)), asyncio.create_task(relay.run(stop))]
@@ -74,13 +79,17 @@ async def system(
         await engine.dispose()
 
 
-async def _finished(client: httpx.AsyncClient, job_ids: list[str], timeout: float = 30) -> None:
+async def _finished(client: httpx.AsyncClient, job_ids: list[str], within: float = 30) -> None:
     sessions = client.app_sessions  # type: ignore[attr-defined]
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while asyncio.get_running_loop().time() < deadline:
         async with sessions() as session:
             statuses = (
-                await session.scalars(select(AsyncJob.status).where(AsyncJob.job_id.in_([uuid.UUID(j) for j in job_ids])))
+                await session.scalars(
+                    select(AsyncJob.status).where(
+                        AsyncJob.job_id.in_([uuid.UUID(j) for j in job_ids])
+                    )
+                )
             ).all()
         if sorted(statuses) == ["COMPLETED"] * len(job_ids):
             return
@@ -95,9 +104,11 @@ def _hex(span: ReadableSpan) -> tuple[str, str | None]:
 
 
 async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
-    system: httpx.AsyncClient, spans: InMemorySpanExporter, new_user: object
+    system: httpx.AsyncClient, spans: InMemorySpanExporter, new_user: Callable[[], dict[str, str]]
 ) -> None:
-    response = await system.post("/scraps", json={"content": f"Traced scrap {uuid.uuid4()}"}, headers=new_user())  # type: ignore[operator]
+    response = await system.post(
+        "/scraps", json={"content": f"Traced scrap {uuid.uuid4()}"}, headers=new_user()
+    )
     assert response.status_code == 202, response.text
     body = response.json()
     await _finished(system, [body["analysisJobId"], body["refineJobId"]])
@@ -113,7 +124,9 @@ async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
     [request] = [s for s in spans.get_finished_spans() if s.name == "POST /scraps"]
     assert request.kind == SpanKind.SERVER and request.context is not None
     trace_id = request.context.trace_id
-    in_trace = [s for s in spans.get_finished_spans() if s.context and s.context.trace_id == trace_id]
+    in_trace = [
+        s for s in spans.get_finished_spans() if s.context and s.context.trace_id == trace_id
+    ]
     by_id = {_hex(s)[0]: s for s in in_trace}
     publishes = [s for s in in_trace if s.kind == SpanKind.PRODUCER]
     consumers = [s for s in in_trace if s.kind == SpanKind.CONSUMER]
@@ -135,29 +148,31 @@ async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
 
 
 async def test_the_api_continues_the_callers_trace(
-    system: httpx.AsyncClient, spans: InMemorySpanExporter, new_user: object
+    api: httpx.AsyncClient, spans: InMemorySpanExporter, new_user: Callable[[], dict[str, str]]
 ) -> None:
     caller_trace = uuid.uuid4().hex
-    headers = {**new_user(), "traceparent": f"00-{caller_trace}-{'ab' * 8}-01"}  # type: ignore[operator]
-    response = await system.get(f"/async-jobs/{uuid.uuid4()}", headers=headers)
+    headers = {**new_user(), "traceparent": f"00-{caller_trace}-{'ab' * 8}-01"}
+    response = await api.get(f"/async-jobs/{uuid.uuid4()}", headers=headers)
     assert response.status_code == 404
     [request] = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
     assert request.context is not None and format(request.context.trace_id, "032x") == caller_trace
-    assert request.name == "GET /async-jobs/{job_id}"
+    assert request.name == "GET /async-jobs/{jobId}"  # the route, never the raw path
     assert request.attributes is not None and request.attributes["http.response.status_code"] == 404
 
 
-async def test_with_tracing_off_nothing_is_carried(db_url: str, amqp_url: str, new_user: object) -> None:
-    tracing.shutdown_tracing()
-    app = create_app(api_settings(db_url, amqp_url))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            response = await client.post("/scraps", json={"content": f"Untraced {uuid.uuid4()}"}, headers=new_user())  # type: ignore[operator]
-        assert response.status_code == 202
-        async with app.state.sessions() as session:
-            envelope = await session.scalar(
-                select(OutboxMessage.body).where(OutboxMessage.body["job_id"].astext == response.json()["analysisJobId"])
-            )
+async def test_with_tracing_off_nothing_is_carried(
+    api: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+    new_user: Callable[[], dict[str, str]],
+) -> None:
+    assert tracing.current_trace_id() is None
+    response = await api.post(
+        "/scraps", json={"content": f"Untraced {uuid.uuid4()}"}, headers=new_user()
+    )
+    assert response.status_code == 202
+    job_id = uuid.UUID(response.json()["analysisJobId"])
+    async with sessions() as session:
+        envelope = await session.scalar(
+            select(OutboxMessage.body).where(OutboxMessage.body["job_id"].astext == str(job_id))
+        )
     assert envelope is not None and envelope["traceparent"] is None
-    assert tracing.current_trace_context() == {}

@@ -77,6 +77,10 @@ def configure_tracing(
     return True
 
 
+def enabled() -> bool:
+    return _provider is not None
+
+
 def shutdown_tracing() -> None:
     """Flush pending spans and switch tracing off."""
     global _provider, _tracer
@@ -95,6 +99,9 @@ def span(
 ) -> Iterator[trace.Span]:
     """A span made current for the block. `parent` is a carrier (an envelope, message
     headers, HTTP headers) whose `traceparent` becomes this span's parent."""
+    if _provider is None:  # off: no context parsing, no span
+        yield trace.INVALID_SPAN
+        return
     ctx = context_from(parent) if parent is not None else None
     with _tracer.start_as_current_span(
         name, context=ctx, kind=_KINDS[kind], attributes=dict(attributes or {})

@@ -191,12 +191,13 @@ class Relay:
         """Every few seconds: outbox backlog and oldest age, and the queues' depths, so an
         alert sees a stuck relay or a growing queue while it happens."""
         channel: AbstractChannel | None = None
+        await self.ready.wait()  # the queues exist once the topology is declared
         while not stop.is_set():
             try:
                 await self.observe_outbox()
                 if channel is None or channel.is_closed:
                     channel = await connection.channel()
-                await self._observe_queues(channel)
+                await self.observe_queues(channel)
             except Exception:  # measuring is best effort; the next round retries
                 log.warning("could not measure the outbox or the queues", exc_info=True)
             with contextlib.suppress(TimeoutError):
@@ -208,7 +209,7 @@ class Relay:
         metrics.OUTBOX_BACKLOG.set(backlog)
         metrics.OUTBOX_OLDEST_AGE.set(oldest)
 
-    async def _observe_queues(self, channel: AbstractChannel) -> None:
+    async def observe_queues(self, channel: AbstractChannel) -> None:
         for name in self._topology.all_queue_names():
             # passive: a queue that vanished closes this channel, never re-creates the queue
             queue = await channel.declare_queue(name, passive=True)

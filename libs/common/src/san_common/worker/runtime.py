@@ -279,7 +279,7 @@ class WorkerRuntime:
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return max(0.0, retry_after)
-        base = self._config.backoff_seconds * 2 ** (attempt - 1)
+        base = self._config.backoff_seconds * 2.0 ** (attempt - 1)
         return min(self._config.max_backoff_seconds, base) * random.uniform(0.8, 1.2)
 
     async def _heartbeat(self, job_id: uuid.UUID) -> None:
