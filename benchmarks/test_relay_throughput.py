@@ -110,7 +110,9 @@ async def test_relay_throughput_against_baselines(
         ("relay, 1 replica (outbox → broker → mark)", relay_1, relay_1 / naive),
         ("relay, 2 replicas", relay_2, relay_2 / naive),
     ]
-    table = "\n".join(f"| {name} | {rate:,.0f} msg/s | ×{ratio:.2f} |" for name, rate, ratio in rows)
+    table = "\n".join(
+        f"| {name} | {rate:,.0f} msg/s | ×{ratio:.2f} |" for name, rate, ratio in rows
+    )
     report = (
         f"\n### relay throughput — {time.strftime('%Y-%m-%d %H:%M')} ({N} messages, ~1 KB)\n"
         "| path | rate | vs baseline |\n|---|---|---|\n" + table + "\n"

@@ -52,8 +52,12 @@ def main() -> int:
 
     subprocess.run([sys.executable, "-m", "san_common.db.migrate"], env=env, check=True)
     # Generate local secrets once, before several processes race to do it.
-    subprocess.run([sys.executable, "-m", "san_api.auth.mint", "bootstrap"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "san_api.auth.mint", "bootstrap"],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
     wanted = [s for s in SERVICES if _present(SERVICES[s])]
     children: dict[str, subprocess.Popen[bytes]] = {}

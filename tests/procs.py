@@ -69,7 +69,9 @@ def start(
     return ServiceProcess(name, popen, log_path, env)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():

@@ -12,6 +12,8 @@ from san_common.db.engine import create_engine
 from san_common.db.migrate import downgrade, upgrade
 from san_common.models import Base
 
+INDEX_QUERY = "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
+
 
 async def test_upgrade_downgrade_round_trip_and_models_match(fresh_db_url: str) -> None:
     await asyncio.to_thread(downgrade, fresh_db_url, "base")
@@ -23,7 +25,7 @@ async def test_upgrade_downgrade_round_trip_and_models_match(fresh_db_url: str) 
                 lambda sync: compare_metadata(MigrationContext.configure(sync), Base.metadata)
             )
             index = await connection.scalar(
-                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'uk_async_jobs_active_target_job_type'")
+                text(INDEX_QUERY), {"name": "uk_async_jobs_active_target_job_type"}
             )
     finally:
         await engine.dispose()

@@ -6,6 +6,7 @@ import datetime
 import math
 
 import pytest
+
 from san_ai_worker.ai import CardInput, LocalProvider, StarInput
 from san_common.errors import PermanentJobError
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from san_ai_worker.ai import (
     AiProvider,
     CardInput,
@@ -18,7 +19,6 @@ from san_ai_worker.ai import (
     build_provider,
 )
 from san_common.errors import JobFailure, PermanentJobError, TransientJobError, cause_chain
-
 from tests.fakes.fake_ai import FakeAiServer
 
 API_KEY = "sk-test-do-not-leak-0123456789"

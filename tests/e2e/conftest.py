@@ -38,7 +38,9 @@ class Stack:
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.log()[-4000:]}" for p in self.processes)
 
-    def wait_job(self, client: httpx.Client, headers: dict[str, str], job_id: str, timeout: float = 60) -> dict:  # type: ignore[type-arg]
+    def wait_job(
+        self, client: httpx.Client, headers: dict[str, str], job_id: str, timeout: float = 60
+    ) -> dict:  # type: ignore[type-arg]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = client.get(f"/async-jobs/{job_id}", headers=headers).json()
@@ -49,7 +51,9 @@ class Stack:
 
 
 @pytest.fixture
-def stack_env(fresh_db_url: str, amqp_url: str, topology: Topology, tmp_path: Path) -> dict[str, str]:
+def stack_env(
+    fresh_db_url: str, amqp_url: str, topology: Topology, tmp_path: Path
+) -> dict[str, str]:
     return {
         "DATABASE_URL": fresh_db_url,
         "AMQP_URL": amqp_url,

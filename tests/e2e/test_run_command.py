@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -48,6 +47,7 @@ def test_run_command_serves_a_scrap_end_to_end_and_stops_on_ctrl_c(
         )
     base = f"http://127.0.0.1:{port}"
     try:
+
         def healthy() -> bool:
             assert launcher.poll() is None, log_path.read_text()
             try:
@@ -58,7 +58,10 @@ def test_run_command_serves_a_scrap_end_to_end_and_stops_on_ctrl_c(
         wait_until(healthy, 90, "the API of `make run`")
         token = subprocess.run(
             [sys.executable, "-m", "san_api.auth.mint", "run-user"],
-            env=env, check=True, capture_output=True, text=True,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=base, headers=headers, timeout=10) as client:

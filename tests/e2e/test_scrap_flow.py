@@ -70,7 +70,9 @@ def test_relay_killed_after_confirm_before_mark_still_completes_each_job_once(st
     headers = stack.headers("e2e-carol")
     with stack.client() as client:
         bodies = [
-            client.post("/scraps", json={"content": f"{PYTHON_GIL} note {i}"}, headers=headers).json()
+            client.post(
+                "/scraps", json={"content": f"{PYTHON_GIL} note {i}"}, headers=headers
+            ).json()
             for i in range(5)
         ]
         crashing = stack.start("relay-crashing", module="tests.e2e.crashing_relay")
@@ -89,18 +91,28 @@ def test_relay_killed_after_confirm_before_mark_still_completes_each_job_once(st
 
         def all_duplicates_seen() -> bool:
             lines = _json_lines(worker.log())
-            skipped = [l for l in lines if l.get("msg", "").startswith("job not claimable")]
+            skipped = [
+                line for line in lines if line.get("msg", "").startswith("job not claimable")
+            ]
             return len(skipped) >= len(job_ids)
 
         wait_until(all_duplicates_seen, 30, "the duplicate deliveries to be skipped")
-        completed = [l["job_id"] for l in _json_lines(worker.log()) if l.get("msg") == "job completed"]
+        completed = [
+            line["job_id"]
+            for line in _json_lines(worker.log())
+            if line.get("msg") == "job completed"
+        ]
         assert sorted(completed) == sorted(job_ids), "a job was processed twice or not at all"
 
 
 def test_sigterm_stops_every_service_cleanly(stack: Stack) -> None:
     relay = stack.start("relay")
     worker = stack.start("ai-worker")
-    wait_until(lambda: '"worker consuming"' in worker.log() or "worker consuming" in worker.log(), 30, "worker up")
+    wait_until(
+        lambda: '"worker consuming"' in worker.log() or "worker consuming" in worker.log(),
+        30,
+        "worker up",
+    )
     wait_until(lambda: "relay running" in relay.log(), 30, "relay up")
     for process in (relay, worker):
         assert process.terminate(timeout=30) == 0, process.log()
@@ -116,5 +128,3 @@ def _json_lines(text: str) -> list[dict]:  # type: ignore[type-arg]
         except json.JSONDecodeError:
             continue
     return lines
-
-

@@ -24,7 +24,9 @@ async def fresh_sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[
     await engine.dispose()
 
 
-def relay_settings(db_url: str, amqp_url: str, topology: Topology, **overrides: object) -> RelaySettings:
+def relay_settings(
+    db_url: str, amqp_url: str, topology: Topology, **overrides: object
+) -> RelaySettings:
     return RelaySettings(
         database_url=db_url,
         amqp_url=amqp_url,
@@ -35,13 +37,19 @@ def relay_settings(db_url: str, amqp_url: str, topology: Topology, **overrides: 
 
 
 def make_relay(
-    db_url: str, amqp_url: str, topology: Topology, sessions: async_sessionmaker[AsyncSession], **kw: object
+    db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    sessions: async_sessionmaker[AsyncSession],
+    **kw: object,
 ) -> Relay:
     return Relay(relay_settings(db_url, amqp_url, topology, **kw), sessions, topology)
 
 
 async def register_many(
-    sessions: async_sessionmaker[AsyncSession], count: int, job_type: JobType = JobType.CARD_ANALYSIS
+    sessions: async_sessionmaker[AsyncSession],
+    count: int,
+    job_type: JobType = JobType.CARD_ANALYSIS,
 ) -> set[uuid.UUID]:
     job_ids: set[uuid.UUID] = set()
     user_id = uuid.uuid4()
@@ -58,7 +66,9 @@ async def unpublished(sessions: async_sessionmaker[AsyncSession]) -> int:
     async with sessions() as session:
         return int(
             await session.scalar(
-                select(func.count()).select_from(OutboxMessage).where(OutboxMessage.published_at.is_(None))
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(OutboxMessage.published_at.is_(None))
             )
             or 0
         )

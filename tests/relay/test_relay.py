@@ -25,7 +25,9 @@ async def _wait_for(predicate, timeout: float, what: str) -> None:  # type: igno
         await asyncio.sleep(0.05)
 
 
-async def _queue_messages(amqp_url: str, queue: str, expected: int, timeout: float = 20) -> list[dict]:  # type: ignore[type-arg]
+async def _queue_messages(
+    amqp_url: str, queue: str, expected: int, timeout: float = 20
+) -> list[dict]:  # type: ignore[type-arg]
     seen: list[dict] = []  # type: ignore[type-arg]
     deadline = asyncio.get_running_loop().time() + timeout
     while len(seen) < expected and asyncio.get_running_loop().time() < deadline:
@@ -35,7 +37,10 @@ async def _queue_messages(amqp_url: str, queue: str, expected: int, timeout: flo
 
 
 async def test_publishes_registered_jobs_and_marks_rows(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fresh_sessions: async_sessionmaker[AsyncSession]
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     job_ids = await register_many(fresh_sessions, 25)
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions)
@@ -50,7 +55,15 @@ async def test_publishes_registered_jobs_and_marks_rows(
     assert {b["job_id"] for b in bodies} == {str(j) for j in job_ids}
     assert len(bodies) == 25
     sample = bodies[0]
-    for key in ("message_id", "job_id", "job_type", "target_id", "user_id", "attempt", "created_at"):
+    for key in (
+        "message_id",
+        "job_id",
+        "job_type",
+        "target_id",
+        "user_id",
+        "attempt",
+        "created_at",
+    ):
         assert key in sample
 
 
@@ -59,7 +72,10 @@ async def _zero(sessions: async_sessionmaker[AsyncSession]) -> bool:
 
 
 async def test_wakes_on_notify_without_waiting_for_the_poll(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fresh_sessions: async_sessionmaker[AsyncSession]
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     # A poll interval far longer than the test: only LISTEN/NOTIFY can publish in time.
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_poll_seconds=3600)
@@ -76,11 +92,15 @@ async def test_wakes_on_notify_without_waiting_for_the_poll(
 
 
 async def test_two_relays_publish_every_row_exactly_once(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fresh_sessions: async_sessionmaker[AsyncSession]
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     total = 600
     relays = [
-        make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_batch_size=50) for _ in range(2)
+        make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_batch_size=50)
+        for _ in range(2)
     ]
     stop = asyncio.Event()
     tasks = [asyncio.create_task(r.run(stop)) for r in relays]
@@ -99,7 +119,10 @@ async def test_two_relays_publish_every_row_exactly_once(
 
 
 async def test_unconfirmed_publish_leaves_rows_for_the_next_round(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fresh_sessions: async_sessionmaker[AsyncSession]
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     """Outbox rows naming an exchange that does not exist are never confirmed: they stay
     unpublished (and are retried), while the good rows of the same batch go out."""
@@ -107,7 +130,9 @@ async def test_unconfirmed_publish_leaves_rows_for_the_next_round(
     async with fresh_sessions() as session, session.begin():
         first = await session.scalar(select(func.min(OutboxMessage.id)))
         await session.execute(
-            update(OutboxMessage).where(OutboxMessage.id == first).values(routing_key="NO_SUCH_QUEUE")
+            update(OutboxMessage)
+            .where(OutboxMessage.id == first)
+            .values(routing_key="NO_SUCH_QUEUE")
         )
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions)
     stop = asyncio.Event()
@@ -128,7 +153,10 @@ async def _count_unpublished_is(sessions: async_sessionmaker[AsyncSession], n: i
 
 
 async def test_cleanup_deletes_only_published_rows_past_retention(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fresh_sessions: async_sessionmaker[AsyncSession]
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     await register_many(fresh_sessions, 4)
     async with fresh_sessions() as session, session.begin():

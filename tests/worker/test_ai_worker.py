@@ -42,13 +42,17 @@ class Harness:
                 insert(User).values(external_id=f"w-{uuid.uuid4().hex}").returning(User.id)
             )
             scrap = Scrap(
-                user_id=user_id, content=content, content_hash=hashlib.sha256(content.encode()).hexdigest()
+                user_id=user_id,
+                content=content,
+                content_hash=hashlib.sha256(content.encode()).hexdigest(),
             )
             session.add(scrap)
         return scrap
 
     async def register(self, job_type: JobType, scrap: Scrap) -> uuid.UUID:
-        job = await register_job(self.sessions, job_type=job_type, target_id=scrap.id, user_id=scrap.user_id)
+        job = await register_job(
+            self.sessions, job_type=job_type, target_id=scrap.id, user_id=scrap.user_id
+        )
         return job.job_id
 
     async def finished(self, job_id: uuid.UUID, timeout: float = 30) -> AsyncJob:
@@ -78,7 +82,9 @@ async def harness(
 ) -> AsyncIterator[Harness]:
     engine = create_engine(fresh_db_url, pool_size=10)
     sessions = create_session_factory(engine)
-    provider = build_provider("openai", base_url=fake_ai.base_url, api_key="sk-test-key-123456", timeout_seconds=0.5)
+    provider = build_provider(
+        "openai", base_url=fake_ai.base_url, api_key="sk-test-key-123456", timeout_seconds=0.5
+    )
     worker = WorkerRuntime(
         session_factory=sessions,
         amqp_url=amqp_url,
@@ -112,7 +118,9 @@ async def test_card_analysis_stores_card_with_category_tags_and_embedding(harnes
     assert job.status == "COMPLETED", job.error_message
     async with harness.sessions() as session:
         card = await session.scalar(select(KnowledgeCard).where(KnowledgeCard.scrap_id == scrap.id))
-        tags = await session.scalar(select(func.count()).select_from(Tag).where(Tag.user_id == scrap.user_id))
+        tags = await session.scalar(
+            select(func.count()).select_from(Tag).where(Tag.user_id == scrap.user_id)
+        )
     assert card is not None and card.title and card.summary
     assert len(card.embedding) == 1536
     assert tags and tags > 0
@@ -143,7 +151,9 @@ async def test_message_published_twice_is_processed_once(harness: Harness) -> No
     assert harness.chat_requests("card_analysis", marker) == 1
     async with harness.sessions() as session:
         cards = await session.scalar(
-            select(func.count()).select_from(KnowledgeCard).where(KnowledgeCard.scrap_id == scrap.id)
+            select(func.count())
+            .select_from(KnowledgeCard)
+            .where(KnowledgeCard.scrap_id == scrap.id)
         )
     assert cards == 1
 
@@ -205,7 +215,10 @@ async def test_ai_faults_fail_the_job_with_a_cause_chain_and_the_worker_goes_on(
     assert ("gave up after 2 tries" in job.error_message) is transient, job.error_message
     assert "sk-test-key" not in job.error_message
     async with harness.sessions() as session:
-        assert await session.scalar(select(KnowledgeCard.id).where(KnowledgeCard.scrap_id == scrap.id)) is None
+        assert (
+            await session.scalar(select(KnowledgeCard.id).where(KnowledgeCard.scrap_id == scrap.id))
+            is None
+        )
 
     harness.ai.set_fault(None)
     healthy = await harness.scrap(f"After the storm {uuid.uuid4()}")

@@ -13,7 +13,9 @@ from pathlib import Path
 PLACEHOLDERS = frozenset({"", "changeme", "change-me", "secret", "dev", "test", "example"})
 
 
-def local_secret(data_dir: Path, name: str, make: Callable[[], str] = lambda: secrets.token_urlsafe(48)) -> str:
+def local_secret(
+    data_dir: Path, name: str, make: Callable[[], str] = lambda: secrets.token_urlsafe(48)
+) -> str:
     path = data_dir / "secrets" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):

@@ -37,14 +37,19 @@ class ProbeServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request_line = await asyncio.wait_for(reader.readline(), timeout=5)
-            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (b"\r\n", b"\n", b""):
+            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (
+                b"\r\n",
+                b"\n",
+                b"",
+            ):
                 pass
             parts = request_line.decode("latin-1").split()
             path = parts[1] if len(parts) >= 2 else "/"
             status, ctype, body = await self._route(path)
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
             )
             await writer.drain()
         except (TimeoutError, ConnectionError):

@@ -20,7 +20,7 @@ class ServiceSettings(BaseSettings):
     service_name: str = "san"
     database_url: str = Field(
         default="",
-        description="postgresql://… URL; empty in a local run means the launcher's embedded PostgreSQL",
+        description="postgresql://… URL; empty in a local run: the launcher's embedded one",
     )
     amqp_url: str = DEFAULT_AMQP_URL
     amqp_prefix: str = Field(

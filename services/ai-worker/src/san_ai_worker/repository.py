@@ -34,12 +34,14 @@ async def card_exists(session: AsyncSession, scrap_id: uuid.UUID) -> bool:
     return bool(await session.scalar(select(exists().where(KnowledgeCard.scrap_id == scrap_id))))
 
 
-async def find_or_create_category(session: AsyncSession, user_id: uuid.UUID, name: str) -> uuid.UUID:
+async def find_or_create_category(
+    session: AsyncSession, user_id: uuid.UUID, name: str
+) -> uuid.UUID:
     """Concurrency-safe: a racing insert of the same name makes ours wait, then conflict."""
     await session.execute(
-        insert(Category).values(user_id=user_id, name=name).on_conflict_do_nothing(
-            index_elements=["user_id", "name"]
-        )
+        insert(Category)
+        .values(user_id=user_id, name=name)
+        .on_conflict_do_nothing(index_elements=["user_id", "name"])
     )
     found = await session.scalar(
         select(Category.id).where(Category.user_id == user_id, Category.name == name)
@@ -60,7 +62,9 @@ async def find_or_create_tags(
         .values([{"user_id": user_id, "name": n} for n in ordered])
         .on_conflict_do_nothing(index_elements=["user_id", "name"])
     )
-    found = await session.scalars(select(Tag.id).where(Tag.user_id == user_id, Tag.name.in_(ordered)))
+    found = await session.scalars(
+        select(Tag.id).where(Tag.user_id == user_id, Tag.name.in_(ordered))
+    )
     return list(found)
 
 
@@ -89,7 +93,9 @@ async def insert_card(
     )
 
 
-async def link_tags(session: AsyncSession, card_id: uuid.UUID, tag_ids: Sequence[uuid.UUID]) -> None:
+async def link_tags(
+    session: AsyncSession, card_id: uuid.UUID, tag_ids: Sequence[uuid.UUID]
+) -> None:
     if tag_ids:
         await session.execute(
             insert(card_tags)

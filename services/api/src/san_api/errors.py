@@ -170,13 +170,11 @@ def problem(
     response_headers = dict(headers or {})
     if status == 401:
         response_headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse(
-        body, status_code=status, media_type=PROBLEM_JSON, headers=response_headers
-    )
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=response_headers)
 
 
 def _describe(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
-    items = []
+    items: list[dict[str, str]] = []
     for error in errors:
         loc = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
         items.append({"field": loc, "message": str(error.get("msg", "invalid"))})
@@ -193,8 +191,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
+        items: list[dict[str, str]] = []
         if any(e.get("type") == "json_invalid" for e in errors):
-            detail, items = "The request body is not valid JSON", []
+            detail = "The request body is not valid JSON"
         else:
             detail, items = _describe(errors)
         return problem(
@@ -212,4 +211,6 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return problem(request, 500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred")
+        return problem(
+            request, 500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred"
+        )

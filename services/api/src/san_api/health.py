@@ -34,7 +34,9 @@ async def readyz(request: Request) -> JSONResponse:
     except Exception as exc:
         checks["broker"] = type(exc).__name__
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503)
+    return JSONResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503
+    )
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -12,7 +12,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from san_common import tracing
 
 HTTP_REQUESTS = Counter("san_http_requests_total", "HTTP requests", ["method", "route", "status"])
-HTTP_DURATION = Histogram("san_http_request_duration_seconds", "HTTP request latency", ["method", "route"])
+HTTP_DURATION = Histogram(
+    "san_http_request_duration_seconds", "HTTP request latency", ["method", "route"]
+)
 
 
 class _TooLarge(HTTPException):

@@ -35,7 +35,9 @@ class ApiSettings(ServiceSettings):
     def _auth_secret(self) -> ApiSettings:
         if self.auth_jwt_secret.lower() in PLACEHOLDERS or len(self.auth_jwt_secret) < 32:
             if self.san_env == "production":
-                raise ValueError("AUTH_JWT_SECRET must be set to a real secret (≥ 32 chars) in production")
+                raise ValueError(
+                    "AUTH_JWT_SECRET must be set to a real secret (≥ 32 chars) in production"
+                )
             if not self.auth_jwt_secret:
                 object.__setattr__(
                     self, "auth_jwt_secret", local_secret(self.data_dir, "auth_jwt_secret")

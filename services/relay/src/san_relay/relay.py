@@ -150,7 +150,9 @@ class Relay:
         waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
         try:
             await asyncio.wait(
-                waiters, timeout=self._settings.relay_poll_seconds, return_when=asyncio.FIRST_COMPLETED
+                waiters,
+                timeout=self._settings.relay_poll_seconds,
+                return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             for waiter in waiters:
@@ -180,10 +182,11 @@ class Relay:
         if deleted:
             log.info(
                 "outbox cleaned",
-                extra={"fields": {"deleted": deleted, "ms": int((time.monotonic() - started) * 1000)}},
+                extra={
+                    "fields": {"deleted": deleted, "ms": int((time.monotonic() - started) * 1000)}
+                },
             )
         return deleted
-
 
     async def _observe_periodically(
         self, stop: asyncio.Event, connection: AbstractConnection

@@ -12,7 +12,12 @@ from san_common.models.github import (
 )
 from san_common.models.jobs import AsyncJob, OutboxMessage
 from san_common.models.scraps import Scrap
-from san_common.models.til import DailySummary, RecallQuiz, RecallQuizGeneration, daily_summary_cards
+from san_common.models.til import (
+    DailySummary,
+    RecallQuiz,
+    RecallQuizGeneration,
+    daily_summary_cards,
+)
 from san_common.models.users import User
 
 __all__ = [
@@ -29,8 +34,8 @@ __all__ = [
     "RecallQuiz",
     "RecallQuizGeneration",
     "Scrap",
-    "TilGithubCommit",
     "Tag",
+    "TilGithubCommit",
     "User",
     "card_tags",
     "daily_summary_cards",

@@ -4,8 +4,8 @@ import uuid
 from datetime import datetime
 
 from sqlalchemy import (
-    BigInteger,
     CHAR,
+    BigInteger,
     CheckConstraint,
     DateTime,
     Float,
@@ -67,7 +67,9 @@ class TilGithubCommit(Base):
 
     __tablename__ = "til_github_commits"
     __table_args__ = (
-        CheckConstraint("status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"),
+        CheckConstraint(
+            "status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"
+        ),
         # SPEC §3.3 check 4, enforced by the database as well as by the API.
         Index(
             "uk_til_github_commits_active_content",
@@ -81,7 +83,9 @@ class TilGithubCommit(Base):
 
     id: Mapped[uuid.UUID] = uuid_pk()
     user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
-    summary_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("daily_summaries.id", ondelete="CASCADE"))
+    summary_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("daily_summaries.id", ondelete="CASCADE")
+    )
     repository_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("github_repositories.id", ondelete="SET NULL")
     )

@@ -31,7 +31,9 @@ class DailySummary(Base):
     # One row per user and date: this constraint is what serializes the first insert.
     __table_args__ = (
         UniqueConstraint("user_id", "target_date"),
-        CheckConstraint("status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"),
+        CheckConstraint(
+            "status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"
+        ),
     )
 
     id: Mapped[uuid.UUID] = uuid_pk()
@@ -58,7 +60,9 @@ daily_summary_cards = Table(
 class RecallQuizGeneration(Base):
     __tablename__ = "recall_quiz_generations"
     __table_args__ = (
-        CheckConstraint("status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"),
+        CheckConstraint(
+            "status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"
+        ),
     )
 
     id: Mapped[uuid.UUID] = uuid_pk()

@@ -104,7 +104,12 @@ class WorkerRuntime:
                 consumers.append((queue, await queue.consume(self._on_message)))
             log.info(
                 "worker consuming",
-                extra={"fields": {"worker_id": self.worker_id, "queues": [q.name for q, _ in consumers]}},
+                extra={
+                    "fields": {
+                        "worker_id": self.worker_id,
+                        "queues": [q.name for q, _ in consumers],
+                    }
+                },
             )
             self.connected.set()
             await stop.wait()
@@ -133,7 +138,10 @@ class WorkerRuntime:
         try:
             envelope = JobMessage.model_validate_json(message.body)
         except ValidationError as exc:
-            log.error("unreadable job message, dead-lettering", extra={"fields": {"error": str(exc)[:500]}})
+            log.error(
+                "unreadable job message, dead-lettering",
+                extra={"fields": {"error": str(exc)[:500]}},
+            )
             metrics.MESSAGES_DEAD_LETTERED.labels("unreadable").inc()
             await message.reject(requeue=False)
             return
@@ -238,7 +246,9 @@ class WorkerRuntime:
         except Exception:
             log.exception("on_failure hook failed; the job is marked FAILED regardless")
 
-    async def _run_with_retries(self, handler: JobHandler, job: AsyncJob, payload: object) -> object:
+    async def _run_with_retries(
+        self, handler: JobHandler, job: AsyncJob, payload: object
+    ) -> object:
         config = self._config
         tries = waits = 0
         while True:
@@ -293,7 +303,9 @@ class WorkerRuntime:
             except _INFRA_ERRORS:
                 log.warning("heartbeat failed; will retry")
 
-    async def _requeue_on_shutdown(self, envelope: JobMessage, message: AbstractIncomingMessage) -> None:
+    async def _requeue_on_shutdown(
+        self, envelope: JobMessage, message: AbstractIncomingMessage
+    ) -> None:
         """Give an unfinished job back: PENDING again, message back on the queue."""
         try:
             async with self._sessions() as session, session.begin():

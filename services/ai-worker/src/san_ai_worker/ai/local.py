@@ -15,9 +15,6 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from san_common.errors import PermanentJobError
-from san_common.models.base import EMBEDDING_DIMENSIONS
-
 from san_ai_worker.ai.schemas import (
     CardAnalysis,
     CardInput,
@@ -30,6 +27,8 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
+from san_common.errors import PermanentJobError
+from san_common.models.base import EMBEDDING_DIMENSIONS
 
 TITLE_MAX = 80
 SUMMARY_MAX = 400

@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
-from san_common.errors import JobFailure, PermanentJobError, TransientJobError, redact
-from san_common.models.base import EMBEDDING_DIMENSIONS
 
 from san_ai_worker.ai.schemas import (
     CardAnalysis,
@@ -24,6 +22,8 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
+from san_common.errors import JobFailure, PermanentJobError, TransientJobError, redact
+from san_common.models.base import EMBEDDING_DIMENSIONS
 
 AnswerT = TypeVar("AnswerT", bound=BaseModel)
 

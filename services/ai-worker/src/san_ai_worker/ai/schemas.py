@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
 from san_common.errors import PermanentJobError
 
 QUIZ_TYPES: Final = ("OX", "SHORT_ANSWER")

@@ -49,7 +49,9 @@ class CardAnalysisHandler:
         if scrap is None:
             raise PermanentJobError(f"scrap {job.target_id} was deleted during analysis")
         analysis = result.analysis
-        category_id = await repository.find_or_create_category(session, scrap.user_id, analysis.category)
+        category_id = await repository.find_or_create_category(
+            session, scrap.user_id, analysis.category
+        )
         card_id = await repository.insert_card(
             session,
             scrap=scrap,

@@ -109,7 +109,9 @@ def upgrade() -> None:
             sa.ForeignKey("knowledge_cards.id", ondelete="CASCADE"),
             primary_key=True,
         ),
-        sa.Column("tag_id", pg.UUID(), sa.ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column(
+            "tag_id", pg.UUID(), sa.ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True
+        ),
     )
 
     op.create_table(
@@ -130,7 +132,9 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "job_type IN (" + ", ".join(f"'{t}'" for t in JOB_TYPES) + ")", name="job_type"
         ),
-        sa.CheckConstraint("status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")", name="status"),
+        sa.CheckConstraint(
+            "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")", name="status"
+        ),
     )
     # SPEC §2.2, verbatim: the database, not the application, forbids duplicate active jobs.
     op.execute(
