@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,20 +36,25 @@ class NeighbourRule:
     k: int
 
 
-async def similar_cards(
-    session: AsyncSession, card_id: uuid.UUID, user_id: uuid.UUID, rule: NeighbourRule
-) -> SimilarCards:
-    """Cards within `threshold` cosine distance; if none, the K nearest. Never the card itself."""
-    embedding = await repository.get_embedding(session, card_id, user_id)
-    if embedding is None:
-        raise NotFound(f"card {card_id} not found")
-    neighbours = await repository.nearest(session, user_id, embedding, rule.k, exclude=[card_id])
-    within = [(card, d) for card, d in neighbours if d <= rule.threshold]
-    chosen = within or neighbours
-    return SimilarCards(
-        cardId=card_id,
-        threshold=rule.threshold,
-        fallback=not within and bool(neighbours),
+@dataclass(frozen=True)
+class Neighbours:
+    fallback: bool
+    cards: list[SimilarCard]
+
+
+async def neighbours(
+    session: AsyncSession,
+    user_id: uuid.UUID,
+    embedding: Any,
+    rule: NeighbourRule,
+    exclude: Sequence[uuid.UUID],
+) -> Neighbours:
+    """The user's cards within `rule.threshold` cosine distance of `embedding`; if none, the
+    K nearest (`fallback`). Shared by similar cards and a TIL's recall cards (SPEC §3.1, §3.2)."""
+    nearest = await repository.nearest(session, user_id, embedding, rule.k, exclude=exclude)
+    within = [(card, d) for card, d in nearest if d <= rule.threshold]
+    return Neighbours(
+        fallback=not within and bool(nearest),
         cards=[
             SimilarCard(
                 cardId=card.id,
@@ -56,6 +63,19 @@ async def similar_cards(
                 summary=card.summary,
                 distance=round(distance, 6),
             )
-            for card, distance in chosen
+            for card, distance in (within or nearest)
         ],
+    )
+
+
+async def similar_cards(
+    session: AsyncSession, card_id: uuid.UUID, user_id: uuid.UUID, rule: NeighbourRule
+) -> SimilarCards:
+    """Cards near this one by the neighbour rule; never the card itself."""
+    embedding = await repository.get_embedding(session, card_id, user_id)
+    if embedding is None:
+        raise NotFound(f"card {card_id} not found")
+    found = await neighbours(session, user_id, embedding, rule, exclude=[card_id])
+    return SimilarCards(
+        cardId=card_id, threshold=rule.threshold, fallback=found.fallback, cards=found.cards
     )

@@ -8,9 +8,7 @@ from datetime import date
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_api.cards import repository as cards
-from san_api.cards.schemas import SimilarCard
-from san_api.cards.service import NeighbourRule
+from san_api.cards.service import NeighbourRule, neighbours
 from san_api.errors import (
     DateInFuture,
     DuplicateResource,
@@ -96,23 +94,9 @@ async def recall_cards(
     if embedding is None:
         raise TilNotCompleted(f"TIL {summary_id} has no generated document yet")
     sources = (await repository.source_card_ids(session, [summary_id]))[summary_id]
-    neighbours = await cards.nearest(session, user_id, embedding, rule.k, exclude=sources)
-    within = [(card, d) for card, d in neighbours if d <= rule.threshold]
-    chosen = within or neighbours
+    near = await neighbours(session, user_id, embedding, rule, exclude=sources)
     return RecallCards(
-        summaryId=summary_id,
-        threshold=rule.threshold,
-        fallback=not within and bool(neighbours),
-        cards=[
-            SimilarCard(
-                cardId=card.id,
-                scrapId=card.scrap_id,
-                title=card.title,
-                summary=card.summary,
-                distance=round(distance, 6),
-            )
-            for card, distance in chosen
-        ],
+        summaryId=summary_id, threshold=rule.threshold, fallback=near.fallback, cards=near.cards
     )
 
 
