@@ -4,7 +4,7 @@ TOOLS := .tools
 UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
 PYTEST_ARGS ?=
 # Trust the system certificate store (corporate proxies and mirrors put their CA there).
-export UV_NATIVE_TLS ?= 1
+export UV_SYSTEM_CERTS ?= 1
 
 .PHONY: help setup run test token lint typecheck bench clean
 
