@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic_settings import BaseSettings
 
 from san_common.errors import redact
+from san_common.settings import ServiceSettings
 from san_common.tracing import current_trace_id
 
 _context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -119,3 +120,13 @@ def configure_logging(
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # Python warnings become log lines too, so stderr carries nothing but the chosen format.
     logging.captureWarnings(True)
+
+
+def configure_service_logging(settings: ServiceSettings) -> None:
+    """Logging of a service process: its name, format, level, and its own secrets redacted."""
+    configure_logging(
+        settings.service_name,
+        fmt=settings.log_format,
+        level=settings.log_level,
+        secrets=secret_values(settings),
+    )

@@ -11,7 +11,7 @@ import aio_pika
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from san_common.logs import configure_logging, secret_values
+from san_common.logs import configure_service_logging
 from san_common.probes import ProbeServer, ReadinessCheck
 from san_common.settings import ServiceSettings
 from san_common.tracing import configure_tracing, shutdown_tracing
@@ -43,12 +43,7 @@ async def serve(
     ready: ReadinessCheck,
 ) -> None:
     """Run `work(stop)` with probes up, until a signal sets `stop` and `work` returns."""
-    configure_logging(
-        settings.service_name,
-        fmt=settings.log_format,
-        level=settings.log_level,
-        secrets=secret_values(settings),
-    )
+    configure_service_logging(settings)
     configure_tracing(settings)
     stop = asyncio.Event()
     stop_on_signals(stop)

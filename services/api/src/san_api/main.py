@@ -6,18 +6,13 @@ import uvicorn
 
 from san_api.app import create_app
 from san_api.settings import ApiSettings
-from san_common.logs import configure_logging, secret_values
+from san_common.logs import configure_service_logging
 from san_common.tracing import configure_tracing, shutdown_tracing
 
 
 def main() -> None:
     settings = ApiSettings()
-    configure_logging(
-        settings.service_name,
-        fmt=settings.log_format,
-        level=settings.log_level,
-        secrets=secret_values(settings),
-    )
+    configure_service_logging(settings)
     configure_tracing(settings)
     try:
         uvicorn.run(

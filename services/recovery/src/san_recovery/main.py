@@ -21,7 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_common.db.engine import create_engine, create_session_factory
-from san_common.logs import configure_logging
+from san_common.logs import configure_service_logging
 from san_common.probes import ReadinessCheck
 from san_common.process import serve
 from san_recovery.runner import run_sweeps
@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command in (None, "serve"):
         asyncio.run(run_scheduler(settings))
         return
-    configure_logging(settings.service_name, fmt=settings.log_format, level=settings.log_level)
+    configure_service_logging(settings)
     # Always in the canonical order: ghosts first, so their re-registrations supersede.
     sweeps = tuple(s for s in ALL if "all" in args.sweeps or s.value in args.sweeps)
     raise SystemExit(asyncio.run(run_once(settings, sweeps, as_json=args.json)))
