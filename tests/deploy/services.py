@@ -71,6 +71,12 @@ class Service:
         inherited from ServiceSettings but never used (AMQP_URL in recovery) is not here."""
         code = "\n".join(p.read_text() for source in self.sources for p in _python_files(source))
         attributes = set(re.findall(r"settings\.(\w+)", code))
+        # Shared settings classes of san_common read their fields in methods the service
+        # calls (`settings.runtime_config()`): their `self.x` counts as used too.
+        for cls in self.settings.__mro__:
+            if issubclass(cls, ServiceSettings) and cls is not ServiceSettings:
+                if cls.__module__.startswith("san_common."):
+                    attributes |= set(re.findall(r"self\.(\w+)", inspect.getsource(cls)))
         return frozenset(
             env for env, field in env_fields(self.settings).items() if field in attributes
         )

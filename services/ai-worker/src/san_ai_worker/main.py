@@ -8,11 +8,9 @@ from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
 from san_common.broker.topology import Topology
-from san_common.crypto import TokenCipher
 from san_common.db.engine import create_engine, create_session_factory
-from san_common.github import GithubClient
 from san_common.process import readiness, serve
-from san_common.worker import RuntimeConfig, WorkerRuntime
+from san_common.worker import WorkerRuntime
 
 
 async def amain(settings: AiWorkerSettings) -> None:
@@ -25,21 +23,13 @@ async def amain(settings: AiWorkerSettings) -> None:
         embedding_model=settings.ai_embedding_model,
         timeout_seconds=settings.ai_timeout_seconds,
     )
-    github = GithubClient(settings.github_api_url, timeout_seconds=settings.github_timeout_seconds)
+    github = settings.github_client()
     runtime = WorkerRuntime(
         session_factory=create_session_factory(engine),
         amqp_url=settings.amqp_url,
         topology=Topology(settings.amqp_prefix),
-        handlers=build_handlers(
-            ai, github=github, cipher=TokenCipher.from_setting(settings.token_encryption_keys)
-        ),
-        config=RuntimeConfig(
-            prefetch=settings.worker_prefetch,
-            lease_seconds=settings.worker_lease_seconds,
-            max_tries=settings.worker_max_tries,
-            backoff_seconds=settings.worker_backoff_seconds,
-            drain_seconds=settings.worker_drain_seconds,
-        ),
+        handlers=build_handlers(ai, github=github, cipher=settings.token_cipher()),
+        config=settings.runtime_config(),
     )
     try:
         await serve(settings, runtime.run, readiness(engine, settings.amqp_url))

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from san_common.crypto import resolve_keys
+from san_common.github.settings import GithubAccessSettings
 from san_common.local_secrets import PLACEHOLDERS, local_secret
-from san_common.settings import ServiceSettings
 
 
-class ApiSettings(ServiceSettings):
+class ApiSettings(GithubAccessSettings):
     service_name: str = "api"
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
@@ -17,7 +16,6 @@ class ApiSettings(ServiceSettings):
     similar_cards_threshold: float = Field(default=0.5, ge=0, le=2)
     similar_cards_k: int = Field(default=10, ge=1, le=100)
     # GitHub (SPEC §4, §8)
-    github_api_url: str = "https://api.github.com"
     github_oauth_url: str = "https://github.com"
     github_client_id: str = ""
     github_client_secret: str = Field(default="", repr=False)
@@ -29,7 +27,6 @@ class ApiSettings(ServiceSettings):
     til_commit_max_path_suffix: int = Field(
         default=20, ge=0, le=1000, description="TIL/2026-12-02.md, then -1 … -N, then 409"
     )
-    token_encryption_keys: str = Field(default="", repr=False)
 
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:
@@ -42,12 +39,4 @@ class ApiSettings(ServiceSettings):
                 object.__setattr__(
                     self, "auth_jwt_secret", local_secret(self.data_dir, "auth_jwt_secret")
                 )
-        return self
-
-    @model_validator(mode="after")
-    def _token_keys(self) -> ApiSettings:
-        resolved = resolve_keys(
-            self.token_encryption_keys, san_env=self.san_env, data_dir=self.data_dir
-        )
-        object.__setattr__(self, "token_encryption_keys", resolved)
         return self
