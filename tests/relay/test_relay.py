@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.broker.topology import Topology
@@ -175,3 +175,83 @@ async def test_cleanup_deletes_only_published_rows_past_retention(
     async with fresh_sessions() as session:
         remaining = set(await session.scalars(select(OutboxMessage.id)))
     assert remaining == set(ids[2:])
+
+
+async def _terminate_other_backends(sessions: async_sessionmaker[AsyncSession]) -> int:
+    async with sessions() as session, session.begin():
+        killed = await session.scalar(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    return int(killed or 0)
+
+
+async def _listening(sessions: async_sessionmaker[AsyncSession]) -> bool:
+    async with sessions() as session:
+        found = await session.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND query ILIKE 'LISTEN%san_outbox%'"
+            )
+        )
+    return bool(found)
+
+
+async def test_relay_listens_again_after_losing_its_connections(
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The database drops every connection (a restart, a failover): the relay notices,
+    listens again, and NOTIFY keeps waking it — with polling effectively off."""
+    relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_poll_seconds=3600)
+    stop = asyncio.Event()
+    task = asyncio.create_task(relay.run(stop))
+    try:
+        await asyncio.wait_for(relay.ready.wait(), 20)
+        await _wait_for(lambda: _listening(fresh_sessions), 10, "the first LISTEN")
+        assert await _terminate_other_backends(fresh_sessions) >= 1
+        await _wait_for(lambda: _listening(fresh_sessions), 10, "LISTEN again")
+        await register_many(fresh_sessions, 3)
+        await _wait_for(lambda: _zero(fresh_sessions), 10, "publish after reconnecting")
+        assert not task.done()
+    finally:
+        stop.set()
+        await task
+
+
+async def test_a_failing_round_is_retried_not_fatal(
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round that raises (database away mid-round) is logged and retried; the relay
+    keeps running and publishes once the fault is gone."""
+    from san_relay import repository
+
+    real_claim = repository.claim_unpublished
+    failures = 2
+
+    async def flaky_claim(session, limit):  # type: ignore[no-untyped-def]
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise ConnectionResetError("database went away")
+        return await real_claim(session, limit)
+
+    monkeypatch.setattr(repository, "claim_unpublished", flaky_claim)
+    await register_many(fresh_sessions, 4)
+    relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions)
+    stop = asyncio.Event()
+    task = asyncio.create_task(relay.run(stop))
+    try:
+        await _wait_for(lambda: _zero(fresh_sessions), 20, "publish after two failed rounds")
+        assert failures == 0
+    finally:
+        stop.set()
+        await task

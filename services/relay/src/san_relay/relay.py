@@ -6,7 +6,9 @@ A crash after the broker confirmed but before the commit leaves the rows unpubli
 they are published again: consumers are idempotent by job claim, never by luck.
 
 The relay sleeps on LISTEN `san_outbox` (a trigger NOTIFYs on insert, delivered at
-commit) and polls every `relay_poll_seconds` in case a notification is missed.
+commit) and polls every `relay_poll_seconds` in case a notification is missed. A lost
+listener connection wakes the relay, which listens again; a failed round (database or
+broker away) is logged and retried with backoff — the relay never gives up on its own.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from san_relay.settings import RelaySettings
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "san_outbox"
+MAX_BACKOFF_SECONDS = 30.0
 
 
 class Relay:
@@ -48,11 +51,12 @@ class Relay:
         self._topology = topology
         self._wakeup = asyncio.Event()
         self._exchanges: dict[str, AbstractExchange] = {}
+        self._listener: asyncpg.Connection | None = None
         self.ready = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
         connection = await aio_pika.connect_robust(self._settings.amqp_url)
-        listener = await self._listen()
+        await self._ensure_listener()
         cleaner = asyncio.create_task(self._clean_periodically(stop))
         observer = asyncio.create_task(self._observe_periodically(stop, connection))
         try:
@@ -60,8 +64,19 @@ class Relay:
             await declare_topology(channel, self._topology)
             self.ready.set()
             log.info("relay running")
+            failures = 0
             while not stop.is_set():
-                published = await self.publish_once(channel)
+                try:
+                    await self._ensure_listener()
+                    published = await self.publish_once(channel)
+                except Exception:  # the database or broker is away: retry, never die
+                    failures += 1
+                    delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(failures, 6))
+                    log.exception("relay round failed", extra={"fields": {"retry_in_s": delay}})
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    continue
+                failures = 0
                 if published < self._settings.relay_batch_size:
                     await self._sleep(stop)
         finally:
@@ -69,7 +84,8 @@ class Relay:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await listener.close()
+            if self._listener is not None:
+                await self._listener.close()
             await connection.close()
             log.info("relay stopped")
 
@@ -141,10 +157,16 @@ class Relay:
             self._exchanges[name] = await channel.get_exchange(name, ensure=True)
         return self._exchanges[name]
 
-    async def _listen(self) -> asyncpg.Connection:
+    async def _ensure_listener(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        if self._listener is not None:
+            log.warning("LISTEN connection lost; listening again")
         connection = await asyncpg.connect(plain_url(self._settings.database_url))
         await connection.add_listener(NOTIFY_CHANNEL, lambda *_: self._wakeup.set())
-        return connection
+        # Waking on the loss makes the next round listen again (and catch up by polling).
+        connection.add_termination_listener(lambda *_: self._wakeup.set())
+        self._listener = connection
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
