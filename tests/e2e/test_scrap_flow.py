@@ -91,9 +91,7 @@ def test_relay_killed_after_confirm_before_mark_still_completes_each_job_once(st
 
         def all_duplicates_seen() -> bool:
             lines = _json_lines(worker.log())
-            skipped = [
-                line for line in lines if line.get("msg", "").startswith("job not claimable")
-            ]
+            skipped = [line for line in lines if line.get("msg", "").endswith("skipped")]
             return len(skipped) >= len(job_ids)
 
         wait_until(all_duplicates_seen, 30, "the duplicate deliveries to be skipped")

@@ -252,3 +252,33 @@ async def test_unreadable_message_is_dead_lettered_not_redelivered_forever(
         await _eventually(dead_lettered, 20)
     finally:
         await connection.close()
+
+
+async def test_an_outage_mid_job_requeues_and_the_job_completes(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database fails while results are stored: the message goes back to the queue
+    after a pause, the job is taken back, and it completes — once."""
+    from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
+
+    real_store = ScrapRefineHandler.store
+    outages = 2
+
+    async def flaky_store(self, session, job, refined):  # type: ignore[no-untyped-def]
+        nonlocal outages
+        if outages:
+            outages -= 1
+            raise ConnectionResetError("database connection lost")
+        await real_store(self, session, job, refined)
+
+    monkeypatch.setattr(ScrapRefineHandler, "store", flaky_store)
+    marker = uuid.uuid4().hex
+    scrap = await harness.scrap(f"survives an outage {marker}")
+    job = await harness.finished(await harness.register(JobType.SCRAP_REFINE, scrap))
+    assert job.status == "COMPLETED", job.error_message
+    assert outages == 0
+    async with harness.sessions() as session:
+        refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
+    assert refined
+    # each delivery called the AI again, but only one result was stored and completed
+    assert harness.chat_requests("scrap_refine", marker) == 3

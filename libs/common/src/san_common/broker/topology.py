@@ -18,7 +18,8 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
 from san_common.jobs.types import JobType
 
-DELIVERY_LIMIT = 5
+# With the runtime's growing pause before each requeue, 20 deliveries ride out minutes of outage.
+DELIVERY_LIMIT = 20
 
 
 @dataclass(frozen=True)

@@ -35,22 +35,28 @@ async def find_active(
 
 
 async def claim(
-    session: AsyncSession, job_id: uuid.UUID, worker_id: str, lease: timedelta
+    session: AsyncSession,
+    job_id: uuid.UUID,
+    worker_id: str,
+    lease: timedelta,
+    *,
+    reclaim_own: bool = False,
 ) -> AsyncJob | None:
-    """PENDING → PROCESSING, or take over a PROCESSING job whose worker's lease expired.
+    """PENDING → PROCESSING, or take over a PROCESSING job whose worker's lease expired
+    (or, with `reclaim_own`, that `worker_id` itself holds and knows it no longer runs).
 
     Returns None when the job is not claimable (done, owned by a live worker, unknown):
     the caller acks and skips the message, which makes redeliveries harmless.
     """
+    processing = AsyncJob.status == JobStatus.PROCESSING.value
+    takeover = processing & (AsyncJob.lease_expires_at < _NOW)
+    if reclaim_own:
+        takeover = takeover | (processing & (AsyncJob.worker_id == worker_id))
     return await session.scalar(
         update(AsyncJob)
         .where(
             AsyncJob.job_id == job_id,
-            or_(
-                AsyncJob.status == JobStatus.PENDING.value,
-                (AsyncJob.status == JobStatus.PROCESSING.value)
-                & (AsyncJob.lease_expires_at < _NOW),
-            ),
+            or_(AsyncJob.status == JobStatus.PENDING.value, takeover),
         )
         .values(
             status=JobStatus.PROCESSING.value,

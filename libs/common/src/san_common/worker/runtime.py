@@ -7,9 +7,13 @@ Per message:
    backoff), `store` + COMPLETED (one transaction), or FAILED with the cause chain;
 4. ack. The ack comes last, so a crash anywhere before it redelivers the message, and the
    claim makes that redelivery harmless.
-A database outage is not the job's fault: the message is requeued (the quorum queue's
-delivery limit dead-letters it if the outage outlasts the retries) and the job's lease
-lets a later delivery take it over.
+A database outage is not the job's fault: after a backoff that grows with the message's
+delivery count, the job is released (best effort) and the message requeued; a redelivery
+to this worker may take back its own unfinished job, one to another worker can once the
+job is released or its lease expires. The quorum queue's delivery limit dead-letters a
+message whose outage outlasts every retry; the job is then found by the ghost sweep.
+Two deliveries of one job to this worker at once are told apart in memory: the second
+is acked and skipped.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class WorkerRuntime:
         self._config = config
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._inflight: set[asyncio.Task[None]] = set()
+        self._active: set[uuid.UUID] = set()  # jobs this process is working on
         self._lease = timedelta(seconds=config.lease_seconds)
         self.connected = asyncio.Event()
         metrics.init_worker_series(t.value for t in self._handlers)
@@ -177,14 +182,28 @@ class WorkerRuntime:
                 await asyncio.shield(self._requeue_on_shutdown(envelope, message))
                 raise
             except _INFRA_ERRORS:
-                log.exception("infrastructure error, message requeued")
-                await message.nack(requeue=True)
+                await self._requeue_after_outage(envelope, message)
                 return
             await message.ack()
 
     async def _execute(self, envelope: JobMessage, handler: JobHandler) -> None:
+        if envelope.job_id in self._active:
+            log.info("job already in progress in this worker (duplicate delivery), skipped")
+            metrics.MESSAGES_SKIPPED.labels(envelope.job_type.value).inc()
+            return
+        self._active.add(envelope.job_id)
+        try:
+            await self._claim_and_settle(envelope, handler)
+        finally:
+            self._active.discard(envelope.job_id)
+
+    async def _claim_and_settle(self, envelope: JobMessage, handler: JobHandler) -> None:
         async with self._sessions() as session, session.begin():
-            job = await jobs.claim(session, envelope.job_id, self.worker_id, self._lease)
+            # Not in `_active`, so a PROCESSING row owned by this worker is an attempt an
+            # outage interrupted: taking it back is safe.
+            job = await jobs.claim(
+                session, envelope.job_id, self.worker_id, self._lease, reclaim_own=True
+            )
         if job is None:
             log.info("job not claimable (done, owned by a live worker, or unknown), skipped")
             metrics.MESSAGES_SKIPPED.labels(envelope.job_type.value).inc()
@@ -302,6 +321,24 @@ class WorkerRuntime:
                         return
             except _INFRA_ERRORS:
                 log.warning("heartbeat failed; will retry")
+
+    async def _requeue_after_outage(
+        self, envelope: JobMessage, message: AbstractIncomingMessage
+    ) -> None:
+        count = (message.headers or {}).get("x-delivery-count", 0)
+        deliveries = count if isinstance(count, int) else 0
+        delay = min(self._config.max_backoff_seconds, self._config.backoff_seconds * 2**deliveries)
+        log.exception(
+            "infrastructure error; the message goes back after a pause",
+            extra={"fields": {"deliveries": deliveries, "pause_s": round(delay, 2)}},
+        )
+        await asyncio.sleep(delay)
+        try:
+            async with self._sessions() as session, session.begin():
+                await jobs.release(session, envelope.job_id, self.worker_id)
+        except _INFRA_ERRORS:
+            pass  # still down: the lease expires, or this worker takes the job back
+        await message.nack(requeue=True)
 
     async def _requeue_on_shutdown(
         self, envelope: JobMessage, message: AbstractIncomingMessage
