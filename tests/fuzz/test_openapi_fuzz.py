@@ -82,8 +82,8 @@ def test_no_input_makes_the_api_answer_5xx(api_url: str, mode: GenerationMode) -
         def call(case: schemathesis.Case) -> None:
             response = case.call(base_url=api_url, headers=HEADERS, timeout=10)
             if response.status_code >= 500:
-                server_errors[(operation.label, response.status_code)] = (
-                    f"{operation.label} → {response.status_code}\n"
+                server_errors[(case.operation.label, response.status_code)] = (
+                    f"{case.operation.label} → {response.status_code}\n"
                     f"{case.as_curl_command(headers=HEADERS)}\n{response.text[:300]}"
                 )
 
