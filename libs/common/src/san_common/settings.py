@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
@@ -47,3 +49,26 @@ class ServiceSettings(BaseSettings):
         if self.san_env == "production" and not self.database_url:
             raise ValueError("DATABASE_URL must be set when SAN_ENV=production")
         return self
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+class ConfigurationError(SystemExit):
+    """Settings that do not validate: the process stops with a readable message (and exit
+    code 2), not a traceback — a deployer reads this line in a crash-looping pod's log."""
+
+
+def load_settings(cls: type[S]) -> S:
+    try:
+        return cls()
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        print(f"configuration error ({cls.__name__}): {problems}", file=sys.stderr)
+        raise ConfigurationError(2) from None
+
+
+def _describe(error: ErrorDetails) -> str:
+    message = str(error["msg"]).removeprefix("Value error, ")
+    variable = "_".join(str(part) for part in error["loc"]).upper()
+    return f"{variable}: {message}" if variable else message

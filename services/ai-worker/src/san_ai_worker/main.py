@@ -10,6 +10,7 @@ from san_ai_worker.settings import AiWorkerSettings
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.process import readiness, serve
+from san_common.settings import load_settings
 from san_common.worker import WorkerRuntime
 
 
@@ -40,7 +41,7 @@ async def amain(settings: AiWorkerSettings) -> None:
 
 
 def main() -> None:
-    asyncio.run(amain(AiWorkerSettings()))
+    asyncio.run(amain(load_settings(AiWorkerSettings)))
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ import uvicorn
 from san_api.app import create_app
 from san_api.settings import ApiSettings
 from san_common.logs import configure_service_logging
+from san_common.settings import load_settings
 from san_common.tracing import configure_tracing, shutdown_tracing
 
 
 def main() -> None:
-    settings = ApiSettings()
+    settings = load_settings(ApiSettings)
     configure_service_logging(settings)
     configure_tracing(settings)
     try:

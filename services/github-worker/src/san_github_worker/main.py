@@ -7,6 +7,7 @@ import asyncio
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.process import readiness, serve
+from san_common.settings import load_settings
 from san_common.worker import WorkerRuntime
 from san_github_worker.handlers import build_handlers
 from san_github_worker.locks import UserLocks
@@ -32,7 +33,7 @@ async def amain(settings: GithubWorkerSettings) -> None:
 
 
 def main() -> None:
-    asyncio.run(amain(GithubWorkerSettings()))
+    asyncio.run(amain(load_settings(GithubWorkerSettings)))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.logs import configure_service_logging
 from san_common.probes import ReadinessCheck
 from san_common.process import serve
+from san_common.settings import load_settings
 from san_recovery.runner import run_sweeps
 from san_recovery.scheduler import Plan, Scheduler
 from san_recovery.settings import RecoverySettings
@@ -98,7 +99,7 @@ def _database_ready(engine: AsyncEngine) -> ReadinessCheck:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    settings = RecoverySettings()
+    settings = load_settings(RecoverySettings)
     if args.command in (None, "serve"):
         asyncio.run(run_scheduler(settings))
         return

@@ -7,6 +7,7 @@ import asyncio
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.process import readiness, serve
+from san_common.settings import load_settings
 from san_relay.relay import Relay
 from san_relay.settings import RelaySettings
 
@@ -21,7 +22,7 @@ async def amain(settings: RelaySettings) -> None:
 
 
 def main() -> None:
-    asyncio.run(amain(RelaySettings()))
+    asyncio.run(amain(load_settings(RelaySettings)))
 
 
 if __name__ == "__main__":

@@ -31,12 +31,12 @@ def downgrade(database_url: str, revision: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from san_common.settings import ServiceSettings
+    from san_common.settings import ServiceSettings, load_settings
 
     parser = argparse.ArgumentParser(prog="san-migrate", description=__doc__)
     parser.add_argument("revision", nargs="?", default="head")
     args = parser.parse_args(argv)
-    settings = ServiceSettings()
+    settings = load_settings(ServiceSettings)
     if not settings.database_url:
         print("san-migrate: DATABASE_URL is not set", file=sys.stderr)
         return 2

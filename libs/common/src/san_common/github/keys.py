@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from san_common.crypto import DecryptionFailed, Purpose, TokenCipher, generate_key, resolve_keys
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.models import GithubAccount, GithubOAuthState
-from san_common.settings import ServiceSettings
+from san_common.settings import ServiceSettings, load_settings
 
 BATCH = 200
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         print(generate_key())
         return 0
-    settings = KeySettings()
+    settings = load_settings(KeySettings)
     if not settings.database_url:
         print("DATABASE_URL is not set", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import argparse
 
 from san_api.auth.tokens import mint
 from san_api.settings import ApiSettings
+from san_common.settings import load_settings
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -13,7 +14,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("subject", nargs="?", default="local-user", help="the user's external id")
     parser.add_argument("--ttl-hours", type=float, default=24.0)
     args = parser.parse_args(argv)
-    print(mint(ApiSettings().auth_jwt_secret, args.subject, int(args.ttl_hours * 3600)))
+    print(
+        mint(load_settings(ApiSettings).auth_jwt_secret, args.subject, int(args.ttl_hours * 3600))
+    )
 
 
 if __name__ == "__main__":
