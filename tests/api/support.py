@@ -24,6 +24,7 @@ from san_api.settings import ApiSettings
 from san_common.models import AsyncJob, KnowledgeCard, OutboxMessage, Scrap, User
 from san_common.models.base import EMBEDDING_DIMENSIONS
 from tests import infra
+from tests.waiting import eventually
 
 PROBLEM_JSON = "application/problem+json"
 Sessions = async_sessionmaker[AsyncSession]
@@ -192,16 +193,16 @@ async def over_http(app: FastAPI, *, start_timeout: float = 30.0) -> AsyncIterat
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
+
+    async def started() -> bool:
+        if task.done() and not server.started:
+            task.result()  # surfaces the start-up error
+            raise RuntimeError("uvicorn stopped before it started")
+        return server.started
+
     task = asyncio.create_task(server.serve())
     try:
-        deadline = asyncio.get_running_loop().time() + start_timeout
-        while not server.started:
-            if task.done():
-                task.result()  # surfaces the start-up error
-                raise RuntimeError("uvicorn stopped before it started")
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError("uvicorn did not start in time")
-            await asyncio.sleep(0.02)
+        await eventually(started, within=start_timeout, what="uvicorn to start", interval=0.02)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True

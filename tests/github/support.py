@@ -1,9 +1,8 @@
 """Helpers of the GitHub suite: people with a bearer token and a GitHub token, linking and
-connecting through the API, COMPLETED TILs inserted directly, job polling."""
+connecting through the API, COMPLETED TILs inserted directly, job rows."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import uuid
 from dataclasses import dataclass, field
@@ -220,17 +219,6 @@ class World:
             job = await session.get(AsyncJob, uuid.UUID(str(job_id)))
         assert job is not None
         return job
-
-    async def finished(self, job_id: uuid.UUID | str, within: float = 30) -> AsyncJob:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while True:
-            job = await self.job(job_id)
-            if job.status in ("COMPLETED", "FAILED"):
-                return job
-            if loop.time() > deadline:
-                raise AssertionError(f"job {job_id} still {job.status}")
-            await asyncio.sleep(0.05)
 
     async def commit_row(self, commit_id: uuid.UUID | str) -> TilGithubCommit:
         async with self.sessions() as session:

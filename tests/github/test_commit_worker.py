@@ -10,6 +10,7 @@ import pytest
 
 from san_common.github import RELINK_MESSAGE
 from tests.github.support import DAY, Person, World
+from tests.waiting import settled_job
 
 pytestmark = pytest.mark.rabbit
 
@@ -30,7 +31,7 @@ async def test_a_til_lands_in_the_repository_and_both_rows_complete(worker_world
     summary = await world.til(ada, markdown=markdown)
     accepted = (await world.commit(ada, summary)).json()
 
-    job = await world.finished(accepted["jobId"])
+    job = await settled_job(world.sessions, accepted["jobId"])
     assert job.status == "COMPLETED", job.error_message
     assert world.github.file(ada.login, "til", PATH) == markdown.encode()
     [commit] = world.github.commits_for(ada.login, "til", PATH)
@@ -60,7 +61,7 @@ async def test_a_lost_put_answer_is_retried_without_a_second_commit(worker_world
     world.github.add_fault("drop_response", method="PUT", token=bo.token)
     accepted = await request(world, bo)
 
-    job = await world.finished(accepted["jobId"])
+    job = await settled_job(world.sessions, accepted["jobId"])
     assert job.status == "COMPLETED", job.error_message
     commits = world.github.commits_for(bo.login, "til", PATH)
     assert len(commits) == 1  # the retry found its own content there and did not commit again
@@ -89,7 +90,7 @@ async def test_rate_limits_are_waited_out_exactly_and_do_not_spend_the_try_budge
     )
     accepted = [await request(world, people[kind]) for kind in kinds]
 
-    jobs = await asyncio.gather(*(world.finished(a["jobId"]) for a in accepted))
+    jobs = await asyncio.gather(*(settled_job(world.sessions, a["jobId"]) for a in accepted))
     assert [j.status for j in jobs] == ["COMPLETED"] * 4, [j.error_message for j in jobs]
     for kind in kinds:
         assert len(world.github.commits_for(people[kind].login, "til", PATH)) == 1
@@ -118,7 +119,7 @@ async def test_a_revoked_token_fails_at_once_with_the_relink_message(worker_worl
     before = len(world.github.requests_with(cy.token))
     commit_id, job_id = await world.register_directly(cy, summary, PATH)
 
-    job = await world.finished(job_id)
+    job = await settled_job(world.sessions, job_id)
     assert job.status == "FAILED"
     assert job.error_message is not None and RELINK_MESSAGE in job.error_message
     assert "gave up" not in job.error_message
@@ -132,7 +133,7 @@ async def test_other_4xx_fail_without_retries(worker_world: World) -> None:
     ed = await world.ready()
     world.github.add_repo(ed.login, "til", pushers=set())  # push permission taken away
     accepted = await request(world, ed)
-    job = await world.finished(accepted["jobId"])
+    job = await settled_job(world.sessions, accepted["jobId"])
     assert job.status == "FAILED"
     assert job.error_message is not None and "403" in job.error_message
     puts = [r for r in world.github.requests_with(ed.token) if r.method == "PUT"]
@@ -147,7 +148,7 @@ async def test_server_errors_are_retried_a_bounded_number_of_times(worker_world:
     world.github.add_fault("http_500", times=None, token=fe.token)
     commit_id, job_id = await world.register_directly(fe, summary, PATH)
 
-    job = await world.finished(job_id)
+    job = await settled_job(world.sessions, job_id)
     assert job.status == "FAILED"
     assert job.error_message is not None and "gave up after 3 tries" in job.error_message
     assert len([r for r in world.github.requests_with(fe.token) if r.status == 500]) == 3
@@ -164,7 +165,7 @@ async def test_someone_elses_file_at_the_chosen_path_is_never_overwritten(
     world.github.commit_file(gil.login, "til", PATH, b"someone else's notes\n")
     commit_id, job_id = await world.register_directly(gil, summary, PATH)
 
-    job = await world.finished(job_id)
+    job = await settled_job(world.sessions, job_id)
     assert job.status == "FAILED"
     assert job.error_message is not None and "other content" in job.error_message
     assert world.github.file(gil.login, "til", PATH) == b"someone else's notes\n"
@@ -184,7 +185,7 @@ async def test_one_mutation_at_a_time_per_user_while_users_run_in_parallel(
         await request(world, ivy, day=DAY.replace(day=4)),
         await request(world, jo, day=DAY),
     ]
-    jobs = await asyncio.gather(*(world.finished(a["jobId"]) for a in accepted))
+    jobs = await asyncio.gather(*(settled_job(world.sessions, a["jobId"]) for a in accepted))
     assert [j.status for j in jobs] == ["COMPLETED"] * 4, [j.error_message for j in jobs]
     assert world.github.max_concurrent_mutations(ivy.token) == 1
     assert world.github.max_concurrent_mutations() >= 2  # other users were not held back

@@ -4,10 +4,8 @@ the shared data directory, as in a local run."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -18,6 +16,7 @@ from san_common.models import DailySummary, TilGithubCommit, User
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_github import FakeGithub
 from tests.github.support import DAY
+from tests.waiting import settled_job_via_api
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
 
@@ -32,18 +31,6 @@ def stack_env(stack_env: dict[str, str], fake_github: FakeGithub) -> Iterator[di
         "GITHUB_CLIENT_SECRET": fake_github.client_secret,
         "LOG_LEVEL": "DEBUG",  # the strictest check: even debug lines carry no token
     }
-
-
-async def wait_job(
-    api: httpx.AsyncClient, headers: dict[str, str], job_id: str, stack: Stack
-) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + 60
-    while asyncio.get_running_loop().time() < deadline:
-        job: dict[str, Any] = (await api.get(f"/async-jobs/{job_id}", headers=headers)).json()
-        if job["status"] in ("COMPLETED", "FAILED"):
-            return job
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish\n{stack.logs()}")
 
 
 async def test_til_commit_through_the_github_worker_process(
@@ -85,7 +72,7 @@ async def test_til_commit_through_the_github_worker_process(
             assert accepted.status_code == 202, accepted.text
             body = accepted.json()
 
-            job = await wait_job(api, headers, body["jobId"], stack)
+            job = await settled_job_via_api(api, headers, body["jobId"], context=stack.logs)
             assert job["status"] == "COMPLETED", (job, stack.logs())
             path = body["filePath"]
             assert fake_github.file(login, "til", path) == markdown.encode()

@@ -24,6 +24,7 @@ from tests.api.support import assert_problem
 from tests.conftest import TOKEN_KEYS
 from tests.github.conftest import api_client, github_api_settings
 from tests.github.support import World
+from tests.waiting import settled_job
 
 
 async def text_columns(world: World) -> list[tuple[str, str]]:
@@ -70,7 +71,7 @@ async def test_no_token_in_plaintext_anywhere_in_the_database(worker_world: Worl
     world.github.revoke(revoked.token)
     failing = (await world.api.post("/github-star-recommendations", headers=revoked.headers)).json()
     for job_id in (commit["jobId"], stars["jobId"], failing["jobId"]):
-        await world.finished(job_id)
+        await settled_job(world.sessions, job_id)
     assert (await world.job(failing["jobId"])).status == "FAILED"  # an error_message exists
 
     columns = await text_columns(world)

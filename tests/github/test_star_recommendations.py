@@ -11,6 +11,7 @@ from san_common.github import RELINK_MESSAGE
 from san_common.models import GithubStarRecommendation
 from tests.api.support import assert_problem
 from tests.github.support import Person, World
+from tests.waiting import settled_job
 
 
 def stars(count: int, specials: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ async def test_250_stars_over_3_pages_become_recommendations_of_that_user_only(
         ),
     )
     job_id = (await recommend(world, amy))["jobId"]
-    job = await world.finished(job_id)
+    job = await settled_job(world.sessions, job_id)
     assert job.status == "COMPLETED", job.error_message
 
     pages = [
@@ -96,7 +97,7 @@ async def test_250_stars_over_3_pages_become_recommendations_of_that_user_only(
         amy.login, stars(3, {1: {"full_name": "tools/pg-only", "topics": ["postgresql"]}})
     )
     second = (await recommend(world, amy))["jobId"]
-    assert (await world.finished(second)).status == "COMPLETED"
+    assert (await settled_job(world.sessions, second)).status == "COMPLETED"
     listed = (await world.api.get("/github-star-recommendations", headers=amy.headers)).json()
     assert listed["jobId"] == second
     assert [r["repoFullName"] for r in listed["recommendations"]] == ["tools/pg-only"]
@@ -114,7 +115,7 @@ async def test_a_revoked_token_fails_the_job_with_the_relink_message(worker_worl
     cat = world.person()
     await world.link(cat)
     world.github.revoke(cat.token)
-    job = await world.finished((await recommend(world, cat))["jobId"])
+    job = await settled_job(world.sessions, (await recommend(world, cat))["jobId"])
     assert job.status == "FAILED"
     assert job.error_message is not None and RELINK_MESSAGE in job.error_message
     listed = (await world.api.get("/github-star-recommendations", headers=cat.headers)).json()

@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from san_common.db.engine import create_engine
 from san_github_worker.locks import UserLocks
+from tests.waiting import eventually
 
 ADVISORY = (
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
@@ -38,10 +39,12 @@ async def test_a_second_process_waits_for_the_same_user_but_not_for_another(db_u
         async with first.hold(alice):
             await asyncio.wait_for(take(second, bob), 5)  # another user: no wait
             blocked = asyncio.create_task(take(second, alice))
-            deadline = asyncio.get_running_loop().time() + 5
-            while not await waiting_on_advisory_lock():
-                assert asyncio.get_running_loop().time() < deadline, "second never waited"
-                await asyncio.sleep(0.02)
+            await eventually(
+                waiting_on_advisory_lock,
+                within=5,
+                what="the second to wait on the advisory lock",
+                interval=0.02,
+            )
             assert not blocked.done()
         await asyncio.wait_for(blocked, 5)  # released: the second one gets it
         # and nothing stays locked on the pooled connections

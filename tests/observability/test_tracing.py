@@ -21,12 +21,13 @@ from san_api.app import create_app
 from san_common import tracing
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
-from san_common.models import AsyncJob, OutboxMessage
+from san_common.models import OutboxMessage
 from san_common.settings import ServiceSettings
 from san_common.worker import RuntimeConfig, WorkerRuntime
 from san_relay.relay import Relay
 from san_relay.settings import RelaySettings
 from tests.conftest import api_settings
+from tests.waiting import eventually, settled_job
 
 pytestmark = pytest.mark.rabbit
 
@@ -79,24 +80,6 @@ async def system(
         await engine.dispose()
 
 
-async def _finished(client: httpx.AsyncClient, job_ids: list[str], within: float = 30) -> None:
-    sessions = client.app_sessions  # type: ignore[attr-defined]
-    deadline = asyncio.get_running_loop().time() + within
-    while asyncio.get_running_loop().time() < deadline:
-        async with sessions() as session:
-            statuses = (
-                await session.scalars(
-                    select(AsyncJob.status).where(
-                        AsyncJob.job_id.in_([uuid.UUID(j) for j in job_ids])
-                    )
-                )
-            ).all()
-        if sorted(statuses) == ["COMPLETED"] * len(job_ids):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"jobs {job_ids} not completed: {statuses}")
-
-
 def _hex(span: ReadableSpan) -> tuple[str, str | None]:
     assert span.context is not None
     parent = format(span.parent.span_id, "016x") if span.parent else None
@@ -111,15 +94,20 @@ async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
     )
     assert response.status_code == 202, response.text
     body = response.json()
-    await _finished(system, [body["analysisJobId"], body["refineJobId"]])
+    for job_id in (body["analysisJobId"], body["refineJobId"]):
+        job = await settled_job(system.app_sessions, job_id)  # type: ignore[attr-defined]
+        assert job.status == "COMPLETED", job.error_message
 
-    def processed() -> list[ReadableSpan]:
-        return [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    async def both_processed() -> bool:  # the worker acks, then its span ends
+        consumers = [s for s in spans.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+        return len(consumers) >= 2
 
-    deadline = asyncio.get_running_loop().time() + 10
-    while len(processed()) < 2:  # the worker acks, then its span ends
-        assert asyncio.get_running_loop().time() < deadline, spans.get_finished_spans()
-        await asyncio.sleep(0.05)
+    await eventually(
+        both_processed,
+        within=10,
+        what="both consumer spans",
+        context=lambda: repr(spans.get_finished_spans()),
+    )
 
     [request] = [s for s in spans.get_finished_spans() if s.name == "POST /scraps"]
     assert request.kind == SpanKind.SERVER and request.context is not None

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import httpx
@@ -22,18 +21,9 @@ from san_common.models import AsyncJob
 from tests.e2e.conftest import Stack
 from tests.fakes.fake_ai import FakeAiServer
 from tests.procs import start
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], within: float, what: str, services: Stack
-) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}\n{services.logs()}")
-        await asyncio.sleep(0.1)
 
 
 async def test_jobs_of_a_sigkilled_worker_complete_after_the_ghost_sweep(
@@ -76,7 +66,9 @@ async def test_jobs_of_a_sigkilled_worker_complete_after_the_ghost_sweep(
             async def both_processing() -> bool:
                 return {j.job_id for j in await jobs() if j.status == "PROCESSING"} == first
 
-            await eventually(both_processing, 30, "both jobs PROCESSING", stack)
+            await eventually(
+                both_processing, within=30, what="both jobs PROCESSING", context=stack.logs
+            )
             doomed.kill()
             # The dead worker's lease would run on for WORKER_LEASE_SECONDS; write it as over.
             async with db() as session, session.begin():
@@ -106,7 +98,12 @@ async def test_jobs_of_a_sigkilled_worker_complete_after_the_ghost_sweep(
                 retries = [j for j in await jobs() if j.job_id not in first]
                 return len(retries) == 2 and all(j.status == "COMPLETED" for j in retries)
 
-            await eventually(retries_completed, 60, "the re-registered jobs", stack)
+            await eventually(
+                retries_completed,
+                within=60,
+                what="the re-registered jobs",
+                context=stack.logs,
+            )
             for job in await jobs():
                 if job.job_id in first:
                     assert job.status == "FAILED"

@@ -27,6 +27,7 @@ from san_relay.relay import Relay
 from san_relay.settings import RelaySettings
 from tests.fakes.fake_ai import FakeAiServer
 from tests.recovery.seed import Seed
+from tests.waiting import settled_job
 
 pytestmark = pytest.mark.rabbit
 
@@ -76,13 +77,9 @@ async def chain(db: async_sessionmaker[AsyncSession], scrap_id: uuid.UUID) -> li
 
 
 async def newest_settles(db: async_sessionmaker[AsyncSession], scrap_id: uuid.UUID) -> AsyncJob:
-    deadline = asyncio.get_running_loop().time() + 20
-    while asyncio.get_running_loop().time() < deadline:
-        newest = (await chain(db, scrap_id))[-1]
-        if newest.status in ("COMPLETED", "FAILED"):
-            return newest
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"job {newest.job_id} still {newest.status}")
+    """The chain's newest job once settled; only the test's own sweeps extend the chain."""
+    newest = (await chain(db, scrap_id))[-1]
+    return await settled_job(db, newest.job_id, within=20)
 
 
 async def sweep(db: async_sessionmaker[AsyncSession], which: Sweep) -> SweepReport:

@@ -5,34 +5,38 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import aio_pika
 import pytest
+from aio_pika.abc import AbstractChannel
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.broker.topology import Topology
+from san_common.broker.topology import Topology, declare_topology
 from san_common.jobs.types import JobType
 from san_common.models import OutboxMessage
 from tests.relay.conftest import drain_queue, make_relay, register_many, unpublished
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.rabbit
 
 
-async def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def _queue_messages(
-    amqp_url: str, queue: str, expected: int, timeout: float = 20
-) -> list[dict]:  # type: ignore[type-arg]
-    seen: list[dict] = []  # type: ignore[type-arg]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while len(seen) < expected and asyncio.get_running_loop().time() < deadline:
-        seen += await drain_queue(amqp_url, queue)
-        await asyncio.sleep(0.05)
+    amqp_url: str, queue: str, expected: int, within: float = 20
+) -> list[dict[str, object]]:
+    """Messages taken from the queue until at least `expected` arrived; the callers check
+    which ones."""
+    seen: list[dict[str, object]] = []
+
+    async def enough() -> bool:
+        seen.extend(await drain_queue(amqp_url, queue))
+        return len(seen) >= expected
+
+    await eventually(
+        enough,
+        within=within,
+        what=f"{expected} messages in {queue}",
+        context=lambda: f"{len(seen)} arrived",
+    )
     return seen
 
 
@@ -47,7 +51,7 @@ async def test_publishes_registered_jobs_and_marks_rows(
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
-        await _wait_for(lambda: _zero(fresh_sessions), 20, "outbox drained")
+        await eventually(lambda: _zero(fresh_sessions), within=20, what="outbox drained")
         bodies = await _queue_messages(amqp_url, topology.queue_name(JobType.CARD_ANALYSIS), 25)
     finally:
         stop.set()
@@ -76,16 +80,31 @@ async def test_wakes_on_notify_without_waiting_for_the_poll(
     amqp_url: str,
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A poll interval far longer than the test: only LISTEN/NOTIFY can publish in time.
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_poll_seconds=3600)
+    rounds = 0
+    real_round = relay.publish_once
+
+    async def counted_round(channel: AbstractChannel) -> int:
+        nonlocal rounds
+        published = await real_round(channel)
+        rounds += 1
+        return published
+
+    async def first_round_done() -> bool:
+        return rounds >= 1
+
+    monkeypatch.setattr(relay, "publish_once", counted_round)
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
-        await asyncio.wait_for(relay.ready.wait(), 20)
-        await asyncio.sleep(0.2)  # let the relay finish its first (empty) round and sleep
+        # Rows registered before the first (empty) round ends would go out with it, notify
+        # or not; after it, the relay sleeps on LISTEN for the poll interval.
+        await eventually(first_round_done, within=20, what="the relay's first round")
         await register_many(fresh_sessions, 3)
-        await _wait_for(lambda: _zero(fresh_sessions), 5, "notify-driven publish")
+        await eventually(lambda: _zero(fresh_sessions), within=5, what="notify-driven publish")
     finally:
         stop.set()
         await task
@@ -108,7 +127,9 @@ async def test_two_relays_publish_every_row_exactly_once(
         job_ids: set = set()  # type: ignore[type-arg]
         for _ in range(6):  # rows keep arriving while both relays run
             job_ids |= await register_many(fresh_sessions, total // 6)
-        await _wait_for(lambda: _zero(fresh_sessions), 60, "outbox drained by two relays")
+        await eventually(
+            lambda: _zero(fresh_sessions), within=60, what="outbox drained by two relays"
+        )
         bodies = await _queue_messages(amqp_url, topology.queue_name(JobType.CARD_ANALYSIS), total)
     finally:
         stop.set()
@@ -124,8 +145,9 @@ async def test_unconfirmed_publish_leaves_rows_for_the_next_round(
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    """Outbox rows naming an exchange that does not exist are never confirmed: they stay
-    unpublished (and are retried), while the good rows of the same batch go out."""
+    """Outbox rows the broker cannot route (no queue is bound to their routing key) are never
+    confirmed: they stay unpublished (and are retried), while the good rows of the same batch
+    go out. Rounds are driven one by one on a channel set up as `Relay.run` sets it up."""
     await register_many(fresh_sessions, 3)
     async with fresh_sessions() as session, session.begin():
         first = await session.scalar(select(func.min(OutboxMessage.id)))
@@ -135,21 +157,18 @@ async def test_unconfirmed_publish_leaves_rows_for_the_next_round(
             .values(routing_key="NO_SUCH_QUEUE")
         )
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions)
-    stop = asyncio.Event()
-    task = asyncio.create_task(relay.run(stop))
+    connection = await aio_pika.connect(amqp_url)
     try:
-        await _wait_for(lambda: _count_unpublished_is(fresh_sessions, 1), 20, "good rows published")
-        await asyncio.sleep(0.5)
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        await declare_topology(channel, topology)
+        assert await relay.publish_once(channel) == 2
+        assert await unpublished(fresh_sessions) == 1
+        assert await relay.publish_once(channel) == 0  # the next round retries it, in vain
         assert await unpublished(fresh_sessions) == 1
     finally:
-        stop.set()
-        await task
+        await connection.close()
     bodies = await drain_queue(amqp_url, topology.queue_name(JobType.CARD_ANALYSIS))
     assert len(bodies) == 2
-
-
-async def _count_unpublished_is(sessions: async_sessionmaker[AsyncSession], n: int) -> bool:
-    return await unpublished(sessions) == n
 
 
 async def test_cleanup_deletes_only_published_rows_past_retention(
@@ -212,11 +231,13 @@ async def test_relay_listens_again_after_losing_its_connections(
     task = asyncio.create_task(relay.run(stop))
     try:
         await asyncio.wait_for(relay.ready.wait(), 20)
-        await _wait_for(lambda: _listening(fresh_sessions), 10, "the first LISTEN")
+        await eventually(lambda: _listening(fresh_sessions), within=10, what="the first LISTEN")
         assert await _terminate_other_backends(fresh_sessions) >= 1
-        await _wait_for(lambda: _listening(fresh_sessions), 10, "LISTEN again")
+        await eventually(lambda: _listening(fresh_sessions), within=10, what="LISTEN again")
         await register_many(fresh_sessions, 3)
-        await _wait_for(lambda: _zero(fresh_sessions), 10, "publish after reconnecting")
+        await eventually(
+            lambda: _zero(fresh_sessions), within=10, what="publish after reconnecting"
+        )
         assert not task.done()
     finally:
         stop.set()
@@ -250,7 +271,9 @@ async def test_a_failing_round_is_retried_not_fatal(
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
-        await _wait_for(lambda: _zero(fresh_sessions), 20, "publish after two failed rounds")
+        await eventually(
+            lambda: _zero(fresh_sessions), within=20, what="publish after two failed rounds"
+        )
         assert failures == 0
     finally:
         stop.set()

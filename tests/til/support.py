@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -170,21 +169,6 @@ async def footprint(sessions: Sessions, user: TestUser) -> Footprint:
                 .where(OutboxMessage.body["user_id"].astext == str(user.user_id))
             ),
         )
-
-
-async def finished_job(sessions: Sessions, job_id: uuid.UUID | str, wait: float = 30) -> AsyncJob:
-    """The job once COMPLETED or FAILED; fails the test after `wait` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
-        async with sessions() as session:
-            job = await session.get(AsyncJob, uuid.UUID(str(job_id)))
-        assert job is not None, f"job {job_id} does not exist"
-        if job.status in ("COMPLETED", "FAILED"):
-            return job
-        if loop.time() > deadline:
-            raise AssertionError(f"job {job_id} still {job.status} after {wait}s")
-        await asyncio.sleep(0.05)
 
 
 async def add_summary(

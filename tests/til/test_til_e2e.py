@@ -4,7 +4,6 @@ recall quizzes."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import date
 from typing import Any
@@ -17,6 +16,7 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.models import KnowledgeCard
 from tests.e2e.conftest import Stack
 from tests.til.support import at_noon, days_ago
+from tests.waiting import settled_job_via_api
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
 
@@ -34,17 +34,11 @@ SOURDOUGH = (
 )
 
 
-async def _finished(
+async def _completed(
     client: httpx.AsyncClient, stack: Stack, headers: dict[str, str], job_id: str
-) -> dict[str, Any]:
-    deadline = asyncio.get_running_loop().time() + 60
-    while asyncio.get_running_loop().time() < deadline:
-        job: dict[str, Any] = (await client.get(f"/async-jobs/{job_id}", headers=headers)).json()
-        if job["status"] in ("COMPLETED", "FAILED"):
-            assert job["status"] == "COMPLETED", (job, stack.logs())
-            return job
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish\n{stack.logs()}")
+) -> None:
+    job = await settled_job_via_api(client, headers, job_id, context=stack.logs)
+    assert job["status"] == "COMPLETED", (job, stack.logs())
 
 
 async def _move_cards(db_url: str, days: dict[str, date]) -> None:
@@ -73,7 +67,7 @@ async def test_scraps_to_til_recall_cards_and_quizzes(stack: Stack, fresh_db_url
             response = await client.post("/scraps", json={"content": content}, headers=headers)
             assert response.status_code == 202, response.text
             scrap = response.json()
-            await _finished(client, stack, headers, scrap["analysisJobId"])
+            await _completed(client, stack, headers, scrap["analysisJobId"])
             cards.append((await client.get(f"/cards/{scrap['scrapId']}", headers=headers)).json())
         gil, gil_2, bread = cards
         await _move_cards(
@@ -85,7 +79,7 @@ async def test_scraps_to_til_recall_cards_and_quizzes(stack: Stack, fresh_db_url
             body = {"targetDate": day.isoformat()}
             accepted = await client.post("/til", json=body, headers=headers)
             assert accepted.status_code == 202, accepted.text
-            await _finished(client, stack, headers, accepted.json()["jobId"])
+            await _completed(client, stack, headers, accepted.json()["jobId"])
             page = await client.get("/til", params={"date": day.isoformat()}, headers=headers)
             (til,) = page.json()["items"]
             assert til["summaryId"] == accepted.json()["summaryId"]
@@ -119,7 +113,7 @@ async def test_scraps_to_til_recall_cards_and_quizzes(stack: Stack, fresh_db_url
         body = {"targetDate": gil_day.isoformat(), "quizTypes": ["OX", "SHORT_ANSWER"]}
         accepted = await client.post("/recall-quizzes", json=body, headers=headers)
         assert accepted.status_code == 202, accepted.text
-        await _finished(client, stack, headers, accepted.json()["jobId"])
+        await _completed(client, stack, headers, accepted.json()["jobId"])
         quizzes_path = f"/recall-quizzes/{accepted.json()['generationId']}"
         generation = (await client.get(quizzes_path, headers=headers)).json()
         assert generation["status"] == "COMPLETED"

@@ -27,7 +27,8 @@ from san_common.models import (
 from san_common.til import QuizStarted, TilStarted, start_quiz_generation, start_til_generation
 from tests.api.support import Sessions
 from tests.til.conftest import Worker, running_worker
-from tests.til.support import TestUser, add_card, at_noon, days_ago, finished_job, make_user
+from tests.til.support import TestUser, add_card, at_noon, days_ago, make_user
+from tests.waiting import settled_job
 
 pytestmark = pytest.mark.rabbit
 
@@ -113,7 +114,7 @@ async def test_til_is_written_from_the_users_day_and_regenerating_replaces_it(
     await add_card(sessions, stranger, _seoul(day, 12, 0), title="Not mine")
 
     started = await _start_til(sessions, user, day)
-    job = await finished_job(sessions, started.job_id)
+    job = await settled_job(sessions, started.job_id)
     assert job.status == "COMPLETED", job.error_message
     summary, sources = await _summary(sessions, started.summary_id)
     assert (summary.status, summary.error_message) == ("COMPLETED", None)
@@ -137,7 +138,7 @@ async def test_til_is_written_from_the_users_day_and_regenerating_replaces_it(
     }
     again = await _start_til(sessions, user, day)
     assert again.summary_id == started.summary_id
-    assert (await finished_job(sessions, again.job_id)).status == "COMPLETED"
+    assert (await settled_job(sessions, again.job_id)).status == "COMPLETED"
     summary, sources = await _summary(sessions, started.summary_id)
     assert (summary.status, summary.title) == ("COMPLETED", "Second take")
     assert summary.til_markdown == "# Second take\n\nRust, MVCC and HNSW."
@@ -153,7 +154,7 @@ async def test_til_answer_without_markdown_fails_job_and_summary_and_writes_noth
     worker.ai.chat_override = lambda name, body: {"title": "A title and nothing else"}
 
     started = await _start_til(sessions, user, day)
-    job = await finished_job(sessions, started.job_id)
+    job = await settled_job(sessions, started.job_id)
     assert job.status == "FAILED"
     # outer: cause: root cause — the retry gave up, because the answer lacks the field
     assert (job.error_message or "").startswith(
@@ -167,11 +168,11 @@ async def test_til_answer_without_markdown_fails_job_and_summary_and_writes_noth
     # A later success completes it; a failed regeneration after that keeps the document.
     worker.ai.chat_override = None
     done = await _start_til(sessions, user, day)
-    assert (await finished_job(sessions, done.job_id)).status == "COMPLETED"
+    assert (await settled_job(sessions, done.job_id)).status == "COMPLETED"
     completed, _ = await _summary(sessions, started.summary_id)
     worker.ai.chat_override = lambda name, body: {"title": "Broken again"}
     failed = await _start_til(sessions, user, day)
-    assert (await finished_job(sessions, failed.job_id)).status == "FAILED"
+    assert (await settled_job(sessions, failed.job_id)).status == "FAILED"
     summary, sources = await _summary(sessions, started.summary_id)
     assert summary.status == "FAILED" and "tilMarkdown" in (summary.error_message or "")
     assert (summary.title, summary.til_markdown) == (completed.title, completed.til_markdown)
@@ -187,7 +188,7 @@ async def test_quizzes_cover_every_requested_type_in_order(worker: Worker) -> No
     both = await _start_quizzes(sessions, user, day, ["OX", "SHORT_ANSWER"])
     short = await _start_quizzes(sessions, user, day, ["SHORT_ANSWER"])
     for started, types in ((both, {"OX", "SHORT_ANSWER"}), (short, {"SHORT_ANSWER"})):
-        job = await finished_job(sessions, started.job_id)
+        job = await settled_job(sessions, started.job_id)
         assert job.status == "COMPLETED", job.error_message
         generation = await _generation(sessions, started.generation_id)
         assert (generation.status, generation.completed_at is not None) == ("COMPLETED", True)
@@ -223,7 +224,7 @@ async def test_quizzes_of_the_wrong_types_fail_the_generation_and_store_none(
     worker.ai.chat_override = lambda name, body: _quiz_answer(answered)
 
     started = await _start_quizzes(sessions, user, day, requested)
-    job = await finished_job(sessions, started.job_id)
+    job = await settled_job(sessions, started.job_id)
     assert job.status == "FAILED"
     assert job.error_message is not None
     assert job.error_message.startswith("RECALL_QUIZ_GENERATION failed: ")
@@ -244,7 +245,7 @@ async def test_a_day_without_cards_at_processing_time_fails_both_jobs(worker: Wo
     til = await _start_til(sessions, user, day)
     quizzes = await _start_quizzes(sessions, user, day, ["OX"])
     for job_id in (til.job_id, quizzes.job_id):
-        job = await finished_job(sessions, job_id)
+        job = await settled_job(sessions, job_id)
         assert job.status == "FAILED"
         assert f"the user has no knowledge cards on {day} (time zone UTC)" in (
             job.error_message or ""
@@ -283,7 +284,7 @@ async def test_a_broken_failure_hook_still_leaves_the_job_failed(
         handlers = {JobType.TIL_GENERATION: _BrokenHook()}
         async with running_worker(sessions, fresh_db_url, amqp_url, topology, handlers):
             started = await _start_til(sessions, user, days_ago(2))
-            job = await finished_job(sessions, started.job_id)
+            job = await settled_job(sessions, started.job_id)
         assert job.status == "FAILED"
         assert job.error_message == "TIL_GENERATION failed: the job itself failed"
     finally:

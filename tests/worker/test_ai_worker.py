@@ -21,11 +21,12 @@ from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
-from san_common.models import AsyncJob, KnowledgeCard, OutboxMessage, Scrap, Tag, User
+from san_common.models import KnowledgeCard, OutboxMessage, Scrap, Tag, User
 from san_common.worker import RuntimeConfig, WorkerRuntime
 from san_relay.relay import Relay
 from san_relay.settings import RelaySettings
 from tests.fakes.fake_ai import FakeAiServer
+from tests.waiting import eventually, settled_job
 
 pytestmark = pytest.mark.rabbit
 
@@ -54,17 +55,6 @@ class Harness:
             self.sessions, job_type=job_type, target_id=scrap.id, user_id=scrap.user_id
         )
         return job.job_id
-
-    async def finished(self, job_id: uuid.UUID, timeout: float = 30) -> AsyncJob:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            async with self.sessions() as session:
-                job = await session.get(AsyncJob, job_id)
-            assert job is not None
-            if job.status in ("COMPLETED", "FAILED"):
-                return job
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"job {job_id} still {job.status}")
 
     def chat_requests(self, schema: str, needle: str) -> int:
         return sum(
@@ -114,7 +104,7 @@ async def harness(
 
 async def test_card_analysis_stores_card_with_category_tags_and_embedding(harness: Harness) -> None:
     scrap = await harness.scrap(f"Rust ownership and borrowing rules {uuid.uuid4()}")
-    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, scrap))
+    job = await settled_job(harness.sessions, await harness.register(JobType.CARD_ANALYSIS, scrap))
     assert job.status == "COMPLETED", job.error_message
     async with harness.sessions() as session:
         card = await session.scalar(select(KnowledgeCard).where(KnowledgeCard.scrap_id == scrap.id))
@@ -128,7 +118,7 @@ async def test_card_analysis_stores_card_with_category_tags_and_embedding(harnes
 
 async def test_scrap_refine_stores_refined_content(harness: Harness) -> None:
     scrap = await harness.scrap(f"messy   text\n\n\n\nwith gaps {uuid.uuid4()}")
-    job = await harness.finished(await harness.register(JobType.SCRAP_REFINE, scrap))
+    job = await settled_job(harness.sessions, await harness.register(JobType.SCRAP_REFINE, scrap))
     assert job.status == "COMPLETED", job.error_message
     async with harness.sessions() as session:
         refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
@@ -141,13 +131,13 @@ async def test_message_published_twice_is_processed_once(harness: Harness) -> No
     skipped_before = metrics.MESSAGES_SKIPPED.labels("CARD_ANALYSIS")._value.get()
     async with harness.sessions() as session, session.begin():
         job = await register_job_in_same_tx_twice(session, scrap)
-    finished = await harness.finished(job)
+    finished = await settled_job(harness.sessions, job)
     assert finished.status == "COMPLETED"
 
     async def second_delivery_skipped() -> bool:
         return metrics.MESSAGES_SKIPPED.labels("CARD_ANALYSIS")._value.get() > skipped_before
 
-    await _eventually(second_delivery_skipped, 20)
+    await eventually(second_delivery_skipped, within=20, what="the second delivery skipped")
     assert harness.chat_requests("card_analysis", marker) == 1
     async with harness.sessions() as session:
         cards = await session.scalar(
@@ -182,14 +172,6 @@ async def register_job_in_same_tx_twice(session: AsyncSession, scrap: Scrap) -> 
     return registered.job_id
 
 
-async def _eventually(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 @pytest.mark.parametrize(
     ("fault", "expected", "transient"),
     [
@@ -206,7 +188,7 @@ async def test_ai_faults_fail_the_job_with_a_cause_chain_and_the_worker_goes_on(
     harness.ai.delay_seconds = 2.0
     harness.ai.set_fault(fault)  # type: ignore[arg-type]
     scrap = await harness.scrap(f"Faulty analysis {fault} {uuid.uuid4()}")
-    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, scrap))
+    job = await settled_job(harness.sessions, await harness.register(JobType.CARD_ANALYSIS, scrap))
     assert job.status == "FAILED"
     assert job.error_message is not None
     assert expected.lower() in job.error_message.lower(), job.error_message
@@ -222,14 +204,16 @@ async def test_ai_faults_fail_the_job_with_a_cause_chain_and_the_worker_goes_on(
 
     harness.ai.set_fault(None)
     healthy = await harness.scrap(f"After the storm {uuid.uuid4()}")
-    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, healthy))
+    job = await settled_job(
+        harness.sessions, await harness.register(JobType.CARD_ANALYSIS, healthy)
+    )
     assert job.status == "COMPLETED", job.error_message
 
 
 async def test_transient_failure_is_retried_then_succeeds(harness: Harness) -> None:
     harness.ai.set_fault("http_500", times=1)
     scrap = await harness.scrap(f"Retry me {uuid.uuid4()}")
-    job = await harness.finished(await harness.register(JobType.CARD_ANALYSIS, scrap))
+    job = await settled_job(harness.sessions, await harness.register(JobType.CARD_ANALYSIS, scrap))
     assert job.status == "COMPLETED", job.error_message
 
 
@@ -249,7 +233,7 @@ async def test_unreadable_message_is_dead_lettered_not_redelivered_forever(
         return message is not None and message.body == b"{not json"
 
     try:
-        await _eventually(dead_lettered, 20)
+        await eventually(dead_lettered, within=20, what="the unreadable message dead-lettered")
     finally:
         await connection.close()
 
@@ -274,7 +258,7 @@ async def test_an_outage_mid_job_requeues_and_the_job_completes(
     monkeypatch.setattr(ScrapRefineHandler, "store", flaky_store)
     marker = uuid.uuid4().hex
     scrap = await harness.scrap(f"survives an outage {marker}")
-    job = await harness.finished(await harness.register(JobType.SCRAP_REFINE, scrap))
+    job = await settled_job(harness.sessions, await harness.register(JobType.SCRAP_REFINE, scrap))
     assert job.status == "COMPLETED", job.error_message
     assert outages == 0
     async with harness.sessions() as session:
