@@ -69,7 +69,10 @@ class _LeaseLost(Exception):
     """Another worker took the job over (our lease expired); our result is discarded."""
 
 
-_INFRA_ERRORS = (sa_exc.OperationalError, sa_exc.InterfaceError, ConnectionError, OSError)
+# The database (or its network) failing under us — not the job's fault, so not its outcome.
+# OSError covers sockets and timeouts; handlers' external calls raise JobFailure or httpx
+# errors instead, which `_run_with_retries` and `_settle` classify.
+_INFRA_ERRORS = (sa_exc.OperationalError, sa_exc.InterfaceError, OSError)
 
 
 class WorkerRuntime:
