@@ -115,7 +115,7 @@ def ensure_local_rabbitmq(timeout: float = 60.0) -> None:
     while not _port_open("127.0.0.1", 5672):
         if time.monotonic() > deadline:
             raise RuntimeError("rabbitmq-server did not open port 5672")
-        time.sleep(0.5)
+        time.sleep(0.5)  # poll interval, inside the deadline above
 
 
 def _port_open(host: str, port: int) -> bool:

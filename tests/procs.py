@@ -76,7 +76,7 @@ def wait_until(
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(interval)
+        time.sleep(interval)  # poll interval, inside the deadline above
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 

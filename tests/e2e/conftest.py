@@ -46,7 +46,7 @@ class Stack:
             job = client.get(f"/async-jobs/{job_id}", headers=headers).json()
             if job["status"] in ("COMPLETED", "FAILED"):
                 return job  # type: ignore[no-any-return]
-            time.sleep(0.1)
+            time.sleep(0.1)  # poll interval, inside the deadline above
         raise AssertionError(f"job {job_id} did not finish: {job}\n{self.logs()}")
 
 

@@ -20,9 +20,10 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
+
+from tests.fakes.loopback import LoopbackHTTPServer, LoopbackServer
 
 Fault = Literal[
     "http_500",
@@ -38,7 +39,7 @@ ChatOverride = Callable[[str, dict[str, Any]], dict[str, Any]]
 WRONG_DIMENSIONS = 2048
 
 
-class FakeAiServer:
+class FakeAiServer(LoopbackServer):
     """OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/embeddings`."""
 
     def __init__(self) -> None:
@@ -51,34 +52,11 @@ class FakeAiServer:
         self._fault_times: int | None = None
         self._requests: list[tuple[str, dict[str, Any]]] = []
         self._headers: list[dict[str, str]] = []
-        self._stopping = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.fake = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def __enter__(self) -> FakeAiServer:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stopping.set()  # wakes requests held by the "timeout" fault
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(_Handler)
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"{self.origin}/v1"
 
     # -- faults and records ------------------------------------------------------------------
 
@@ -148,18 +126,8 @@ class FakeAiServer:
         return None if answer is None else answer(prompt)
 
 
-class _Server(ThreadingHTTPServer):
-    fake: FakeAiServer
-    daemon_threads = True
-    block_on_close = False  # a request held by the "timeout" fault must not delay shutdown
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # The client gave up (timeout) and closed the socket: expected, not worth a traceback.
-        pass
-
-
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: LoopbackHTTPServer[FakeAiServer]
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep the test output clean

@@ -40,10 +40,11 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+
+from tests.fakes.loopback import LoopbackHTTPServer, LoopbackServer
 
 API_PREFIX = "/api/v3"
 
@@ -121,7 +122,7 @@ class _Grant:
     used: bool = False
 
 
-class FakeGithub:
+class FakeGithub(LoopbackServer):
     def __init__(
         self, *, client_id: str = "fake-client-id", client_secret: str = "fake-client-secret"
     ) -> None:
@@ -142,34 +143,7 @@ class FakeGithub:
         self._max_in_flight: dict[str, int] = defaultdict(int)
         self._grants: dict[str, _Grant] = {}
         self._authorizing: str | None = None
-        self._stopping = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.fake = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def __enter__(self) -> FakeGithub:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    @property
-    def origin(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__(_Handler)
 
     @property
     def api_url(self) -> str:
@@ -332,22 +306,13 @@ def _replace_status(request: RecordedRequest, status: int | None) -> RecordedReq
     )
 
 
-class _Server(ThreadingHTTPServer):
-    fake: FakeGithub
-    daemon_threads = True
-    block_on_close = False
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up, or a connection we reset on purpose
-
-
 class _Reply(Exception):
     def __init__(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self.status, self.body, self.headers = status, body, headers or {}
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: LoopbackHTTPServer[FakeGithub]
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import gzip
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from tests.fakes.loopback import LoopbackHTTPServer, LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -24,34 +25,15 @@ class ReceivedSpan:
     parent_id: str  # "" for a root span
 
 
-class FakeCollector:
+class FakeCollector(LoopbackServer):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: list[ReceivedSpan] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.collector = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def __enter__(self) -> FakeCollector:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(_Handler)
 
     @property
     def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.origin
 
     @property
     def spans(self) -> list[ReceivedSpan]:
@@ -86,6 +68,8 @@ class FakeCollector:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    server: LoopbackHTTPServer[FakeCollector]
+
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.headers.get("Content-Encoding") == "gzip":
@@ -94,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
-        self.server.collector.receive(body)  # type: ignore[attr-defined]
+        self.server.fake.receive(body)
         answer = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
