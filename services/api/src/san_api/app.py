@@ -14,7 +14,7 @@ from san_api.errors import install_error_handlers
 from san_api.github.clients import GithubServices
 from san_api.github.endpoints import router as github_router
 from san_api.jobs.endpoints import router as jobs_router
-from san_api.middleware import BodyLimitMiddleware, MetricsMiddleware, TracingMiddleware
+from san_api.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
 from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
@@ -48,8 +48,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
-    app.add_middleware(MetricsMiddleware)
-    app.add_middleware(TracingMiddleware)  # outermost: its span covers every other layer
+    app.add_middleware(ObservabilityMiddleware)  # outermost: it sees every other layer
     for router in (
         health.router,
         scraps_router,

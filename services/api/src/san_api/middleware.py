@@ -86,7 +86,11 @@ class BodyLimitMiddleware:
         await send({"type": "http.response.body", "body": body})
 
 
-class MetricsMiddleware:
+class ObservabilityMiddleware:
+    """Per request: a server span (continuing the caller's `traceparent`, so jobs registered
+    inside carry its context in their envelope) and the HTTP metrics. Both are labelled
+    with the route template, not the raw path, which keeps label cardinality bounded."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -94,6 +98,7 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        method = scope["method"]
         started = time.perf_counter()
         status = 500
 
@@ -103,42 +108,16 @@ class MetricsMiddleware:
                 status = message["status"]
             await send(message)
 
-        try:
-            await self.app(scope, receive, tracking_send)
-        finally:
-            route = scope.get("route")
-            # the route template, not the raw path, keeps label cardinality bounded
-            name = getattr(route, "path", "unmatched")
-            HTTP_REQUESTS.labels(scope["method"], name, str(status)).inc()
-            HTTP_DURATION.labels(scope["method"], name).observe(time.perf_counter() - started)
-
-
-class TracingMiddleware:
-    """A server span around each request, continuing the caller's `traceparent` if it sent
-    one. Jobs registered inside the request carry this span's context in their envelope."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not tracing.enabled():
-            await self.app(scope, receive, send)
-            return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        method = scope["method"]
         with tracing.span(method, kind="server", parent=headers) as span:
-            status = 500
-
-            async def tracking_send(message: Message) -> None:
-                nonlocal status
-                if message["type"] == "http.response.start":
-                    status = message["status"]
-                await send(message)
-
             try:
                 await self.app(scope, receive, tracking_send)
             finally:
                 route = getattr(scope.get("route"), "path", None)
+                HTTP_REQUESTS.labels(method, route or "unmatched", str(status)).inc()
+                HTTP_DURATION.labels(method, route or "unmatched").observe(
+                    time.perf_counter() - started
+                )
                 if route is not None:
                     span.update_name(f"{method} {route}")
                     span.set_attribute("http.route", route)
