@@ -4,7 +4,6 @@ in total, then left FAILED; the orphan sweep does not resurrect it."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -19,14 +18,13 @@ from san_common.broker.topology import Topology
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import RuntimeConfig, WorkerRuntime
+from san_common.worker import RuntimeConfig
 from san_recovery.policy import Policy
 from san_recovery.runner import SweepReport, run_sweep
 from san_recovery.sweeps import Sweep
-from san_relay.relay import Relay
-from san_relay.settings import RelaySettings
 from tests.fakes.fake_ai import FakeAiServer
 from tests.recovery.seed import Seed
+from tests.running import worker_and_relay
 from tests.waiting import settled_job
 
 pytestmark = pytest.mark.rabbit
@@ -41,28 +39,19 @@ async def running_worker(
     fake_ai: FakeAiServer,
 ) -> AsyncIterator[None]:
     provider = build_provider("openai", base_url=fake_ai.base_url, api_key="k", timeout_seconds=5)
-    worker = WorkerRuntime(
-        session_factory=db,
-        amqp_url=amqp_url,
-        topology=topology,
-        handlers={JobType.CARD_ANALYSIS: CardAnalysisHandler(provider)},
-        config=RuntimeConfig(max_tries=1, lease_seconds=30),
-    )
-    relay = Relay(
-        RelaySettings(database_url=fresh_db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix),
-        db,
-        topology,
-    )
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(worker.run(stop)), asyncio.create_task(relay.run(stop))]
-    await asyncio.wait_for(worker.connected.wait(), 20)
     fake_ai.set_fault("http_400")
     try:
-        yield
+        async with worker_and_relay(
+            db,
+            fresh_db_url,
+            amqp_url,
+            topology,
+            {JobType.CARD_ANALYSIS: CardAnalysisHandler(provider)},
+            RuntimeConfig(max_tries=1, lease_seconds=30),
+        ):
+            yield
     finally:
         fake_ai.set_fault(None)
-        stop.set()
-        await asyncio.gather(*tasks)
         await provider.aclose()
 
 

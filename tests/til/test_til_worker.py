@@ -26,7 +26,8 @@ from san_common.models import (
 )
 from san_common.til import QuizStarted, TilStarted, start_quiz_generation, start_til_generation
 from tests.api.support import Sessions
-from tests.til.conftest import Worker, running_worker
+from tests.running import worker_and_relay
+from tests.til.conftest import Worker
 from tests.til.support import TestUser, add_card, at_noon, days_ago, make_user
 from tests.waiting import settled_job
 
@@ -282,7 +283,7 @@ async def test_a_broken_failure_hook_still_leaves_the_job_failed(
     try:
         user = await make_user(sessions)
         handlers = {JobType.TIL_GENERATION: _BrokenHook()}
-        async with running_worker(sessions, fresh_db_url, amqp_url, topology, handlers):
+        async with worker_and_relay(sessions, fresh_db_url, amqp_url, topology, handlers):
             started = await _start_til(sessions, user, days_ago(2))
             job = await settled_job(sessions, started.job_id)
         assert job.status == "FAILED"

@@ -3,7 +3,6 @@ fake OpenAI-compatible server on loopback through the real `openai` provider."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -22,10 +21,9 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import KnowledgeCard, OutboxMessage, Scrap, Tag, User
-from san_common.worker import RuntimeConfig, WorkerRuntime
-from san_relay.relay import Relay
-from san_relay.settings import RelaySettings
+from san_common.worker import WorkerRuntime
 from tests.fakes.fake_ai import FakeAiServer
+from tests.running import worker_and_relay
 from tests.waiting import eventually, settled_job
 
 pytestmark = pytest.mark.rabbit
@@ -75,29 +73,15 @@ async def harness(
     provider = build_provider(
         "openai", base_url=fake_ai.base_url, api_key="sk-test-key-123456", timeout_seconds=0.5
     )
-    worker = WorkerRuntime(
-        session_factory=sessions,
-        amqp_url=amqp_url,
-        topology=topology,
-        handlers=build_handlers(provider),
-        config=RuntimeConfig(prefetch=10, max_tries=2, backoff_seconds=0.01, lease_seconds=30),
-    )
-    relay = Relay(
-        RelaySettings(database_url=fresh_db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix),
-        sessions,
-        topology,
-    )
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(worker.run(stop)), asyncio.create_task(relay.run(stop))]
-    await asyncio.wait_for(worker.connected.wait(), 20)
     fake_ai.set_fault(None)
     fake_ai.chat_override = None
     try:
-        yield Harness(sessions, fake_ai, worker)
+        async with worker_and_relay(
+            sessions, fresh_db_url, amqp_url, topology, build_handlers(provider)
+        ) as worker:
+            yield Harness(sessions, fake_ai, worker)
     finally:
         fake_ai.set_fault(None)
-        stop.set()
-        await asyncio.gather(*tasks)
         await provider.aclose()
         await engine.dispose()
 
