@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from san_common.broker.topology import Topology
 from tests import infra
 from tests.procs import wait_until
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_command_serves_a_scrap_end_to_end_and_stops_on_ctrl_c(
-    amqp_url: str, tmp_path: Path
+    amqp_url: str, topology: Topology, tmp_path: Path
 ) -> None:
     port = infra.free_port()
     env = {
@@ -34,7 +35,7 @@ def test_run_command_serves_a_scrap_end_to_end_and_stops_on_ctrl_c(
         DATA_DIR=str(tmp_path / "data"),
         API_PORT=str(port),
         AMQP_URL=amqp_url,
-        AMQP_PREFIX=infra.unique_name("santest_run"),
+        AMQP_PREFIX=topology.prefix,  # the fixture deletes its queues afterwards
     )
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log:
