@@ -124,7 +124,16 @@ class World:
         return back["code"][0], back["state"][0]
 
     async def callback(self, **params: str) -> httpx.Response:
+        """GitHub's redirect, as a browser with no SAN credential follows it."""
         return await self.api.get("/github/oauth/callback", params=params)
+
+    async def complete(self, person: Person, *, code: str, state: str) -> httpx.Response:
+        """The signed-in client finishing the flow with the person's own bearer token."""
+        return await self.api.post(
+            "/me/github/oauth/complete",
+            json={"code": code, "state": state},
+            headers=person.headers,
+        )
 
     async def til(
         self,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 from sqlalchemy import select, update
 
@@ -219,7 +221,17 @@ async def test_malformed_repositories_are_400(world: World, body: dict[str, str]
 async def test_oauth_happy_path_stores_a_validated_token(world: World) -> None:
     ivy = world.person()
     code, state = await world.authorize(ivy)
-    done = await world.callback(code=code, state=state)
+    landed = await world.callback(code=code, state=state)
+    assert landed.status_code == 200, landed.text
+    assert landed.json() | {"next": ""} == {
+        "code": code,
+        "state": state,
+        "linked": False,
+        "next": "",
+    }
+    assert_problem(await world.api.get("/me/github", headers=ivy.headers), 404, "NOT_FOUND")
+
+    done = await world.complete(ivy, code=code, state=state)
     assert done.status_code == 200, done.text
     assert done.json()["login"] == ivy.login
     assert ivy.token not in done.text
@@ -242,14 +254,65 @@ async def test_oauth_happy_path_stores_a_validated_token(world: World) -> None:
     assert state not in states[0].state_hash  # only a hash of the state is kept
 
 
+async def test_the_attackers_authorize_url_completed_by_the_victim_links_nothing(
+    world: World,
+) -> None:
+    """Account-linking CSRF: mallory starts the flow and sends victor the authorize URL.
+    Victor's browser, signed in at GitHub, follows it and lands on the callback."""
+    mallory, victor = world.person(), world.person()
+    started = await world.api.get("/me/github/oauth/authorize", headers=mallory.headers)
+    world.github.authorize_as(victor.token)  # victor is the one signed in at GitHub
+    async with httpx.AsyncClient() as victors_browser:
+        consent = await victors_browser.get(started.json()["authorizeUrl"])
+    back = parse_qs(urlsplit(consent.headers["location"]).query)
+    code, state = back["code"][0], back["state"][0]
+
+    # the redirect itself, in victor's browser (no SAN credential), links nothing
+    landed = await world.callback(code=code, state=state)
+    assert landed.status_code == 200 and landed.json()["linked"] is False
+    # victor's signed-in client completing it: refused, and it says why
+    refused = await world.complete(victor, code=code, state=state)
+    body = assert_problem(refused, 403, "OAUTH_STATE_NOT_YOURS")
+    assert "another SAN account" in body["detail"] and "nothing was linked" in body["detail"]
+    # the refusal burnt the state: mallory cannot redeem victor's code afterwards
+    assert_problem(
+        await world.complete(mallory, code=code, state=state), 400, "OAUTH_STATE_INVALID"
+    )
+    for person in (mallory, victor):
+        assert_problem(await world.api.get("/me/github", headers=person.headers), 404, "NOT_FOUND")
+    # GitHub was never asked to exchange victor's code
+    assert not [r for r in world.github.requests if r.path.endswith("access_token")]
+    assert victor.token not in refused.text
+
+
+async def test_oauth_completion_needs_a_bearer_token(world: World) -> None:
+    ivy = world.person()
+    code, state = await world.authorize(ivy)
+    response = await world.api.post(
+        "/me/github/oauth/complete", json={"code": code, "state": state}
+    )
+    assert_problem(response, 401, "UNAUTHORIZED")
+    # the state is untouched: its owner still completes
+    assert (await world.complete(ivy, code=code, state=state)).status_code == 200
+
+
 async def test_oauth_missing_wrong_reused_or_expired_state_is_rejected(world: World) -> None:
     jack = world.person()
     code, state = await world.authorize(jack)
     assert_problem(await world.callback(code=code), 400, "OAUTH_STATE_INVALID")
-    assert_problem(await world.callback(code=code, state=state + "x"), 400, "OAUTH_STATE_INVALID")
     assert_problem(await world.callback(code=code, state=""), 400, "OAUTH_STATE_INVALID")
-    assert (await world.callback(code=code, state=state)).status_code == 200
-    assert_problem(await world.callback(code=code, state=state), 400, "OAUTH_STATE_INVALID")
+    assert_problem(await world.callback(state=state), 400, "OAUTH_CODE_REJECTED")
+    wrong = await world.complete(jack, code=code, state=state + "x")
+    assert_problem(wrong, 400, "OAUTH_STATE_INVALID")
+    missing = await world.api.post(
+        "/me/github/oauth/complete", json={"code": code}, headers=jack.headers
+    )
+    assert_problem(missing, 400, "VALIDATION_ERROR")
+    assert (await world.complete(jack, code=code, state=state)).status_code == 200
+    # replay, by the same user or anyone else
+    assert_problem(await world.complete(jack, code=code, state=state), 400, "OAUTH_STATE_INVALID")
+    other = world.person()
+    assert_problem(await world.complete(other, code=code, state=state), 400, "OAUTH_STATE_INVALID")
 
     kim = world.person()
     code, state = await world.authorize(kim)
@@ -259,20 +322,19 @@ async def test_oauth_missing_wrong_reused_or_expired_state_is_rejected(world: Wo
             .where(GithubOAuthState.user_id == await world.user_id(kim))
             .values(expires_at=GithubOAuthState.created_at - timedelta(seconds=1))
         )
-    assert_problem(await world.callback(code=code, state=state), 400, "OAUTH_STATE_INVALID")
+    assert_problem(await world.complete(kim, code=code, state=state), 400, "OAUTH_STATE_INVALID")
     assert_problem(await world.api.get("/me/github", headers=kim.headers), 404, "NOT_FOUND")
 
 
 async def test_a_code_issued_for_another_flow_fails_pkce(world: World) -> None:
-    """An attacker's own code, injected into the victim's callback, fails PKCE."""
+    """An attacker's own code, injected into the victim's completion, fails PKCE."""
     victim, attacker = world.person(), world.person()
     _, victim_state = await world.authorize(victim)
     attacker_code, _ = await world.authorize(attacker)
-    response = await world.callback(code=attacker_code, state=victim_state)
+    response = await world.complete(victim, code=attacker_code, state=victim_state)
     body = assert_problem(response, 400, "OAUTH_CODE_REJECTED")
     assert "bad_verification_code" in body["detail"]
     assert_problem(await world.api.get("/me/github", headers=victim.headers), 404, "NOT_FOUND")
-    # nothing was written, so the victim can still finish with their own code
     assert attacker.token not in response.text
 
 
@@ -281,6 +343,7 @@ async def test_oauth_denied_by_the_user_is_rejected(world: World) -> None:
     _, state = await world.authorize(liam)
     response = await world.callback(error="access_denied", state=state)
     assert_problem(response, 400, "OAUTH_CODE_REJECTED")
+    assert_problem(await world.api.get("/me/github", headers=liam.headers), 404, "NOT_FOUND")
 
 
 async def test_oauth_without_a_configured_app_is_503(

@@ -65,7 +65,7 @@ async def test_no_token_in_plaintext_anywhere_in_the_database(worker_world: Worl
     stars = (await world.api.post("/github-star-recommendations", headers=by_token.headers)).json()
     by_oauth = world.person()
     code, state = await world.authorize(by_oauth)
-    assert (await world.callback(code=code, state=state)).status_code == 200
+    assert (await world.complete(by_oauth, code=code, state=state)).status_code == 200
     await world.authorize(world.person())  # a flow left pending: its verifier is stored
     revoked = await world.ready()
     world.github.revoke(revoked.token)
@@ -181,7 +181,11 @@ async def test_key_rotation_keeps_every_token_working(
             )
             assert response.status_code == 201, response.text
             assert len(world.github.requests_with(person.token)) == used + 1
-        finished = await api.get("/github/oauth/callback", params={"code": code, "state": state})
+        finished = await api.post(
+            "/me/github/oauth/complete",
+            json={"code": code, "state": state},
+            headers=pending.headers,
+        )
         assert finished.status_code == 200, finished.text
 
     client = GithubClient(world.github.api_url)

@@ -14,14 +14,24 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_api.auth.tokens import InvalidToken, verify
-from san_api.errors import Unauthorized
+from san_api.errors import AppError, Unauthorized
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
 
 
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
-    async with request.app.state.sessions() as session, session.begin():
-        yield session
+    async with request.app.state.sessions() as session:
+        try:
+            yield session
+        except AppError as exc:
+            # an error may have to keep what it wrote (a burnt OAuth state); none else does
+            await (session.commit() if exc.keep_writes else session.rollback())
+            raise
+        except BaseException:
+            await session.rollback()
+            raise
+        else:
+            await session.commit()
 
 
 def get_settings(request: Request) -> ApiSettings:

@@ -26,6 +26,9 @@ class AppError(Exception):
     code = "INTERNAL_ERROR"
     status = 500
     title = "Internal error"
+    # True: the request's writes so far are committed before the error is answered (the
+    # session dependency reads it); False, the default: the request writes nothing.
+    keep_writes = False
 
     def __init__(self, detail: str | None = None, **extra: Any) -> None:
         super().__init__(detail or self.title)
@@ -110,6 +113,17 @@ class OAuthStateInvalid(AppError):
         400,
         "The OAuth state is missing, unknown, expired or already used",
     )
+
+
+class OAuthStateNotYours(AppError):
+    """Raised after the state was burnt: that write must survive the error (`keep_writes`)."""
+
+    code, status, title = (
+        "OAUTH_STATE_NOT_YOURS",
+        403,
+        "The OAuth authorization was started by another account",
+    )
+    keep_writes = True
 
 
 class OAuthCodeRejected(AppError):

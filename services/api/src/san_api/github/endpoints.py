@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Annotated
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Query, Response, status
 
 from san_api.deps import CurrentUser, SessionDep, SettingsDep
 from san_api.github import commits, oauth, service, stars
@@ -13,6 +14,8 @@ from san_api.github.schemas import (
     CommitView,
     GithubAccountView,
     LinkToken,
+    OAuthCallback,
+    OAuthComplete,
     OAuthStart,
     RepositoryCreate,
     RepositoryList,
@@ -55,17 +58,30 @@ async def start_oauth(
     return OAuthStart(authorizeUrl=url, expiresAt=expires_at)
 
 
-@router.get("/github/oauth/callback", response_model=GithubAccountView)
+@router.get("/github/oauth/callback", response_model=OAuthCallback)
 async def oauth_callback(
+    code: Annotated[str | None, Query(max_length=512)] = None,
+    state: Annotated[str | None, Query(max_length=512)] = None,
+    error: Annotated[str | None, Query(max_length=512)] = None,
+) -> OAuthCallback:
+    """Where GitHub sends the browser back. It links nothing and writes nothing: a browser
+    can be sent here with someone else's `state`. The signed-in client finishes with
+    `POST /me/github/oauth/complete` (docs/github.md)."""
+    return OAuthCallback.model_validate(oauth.callback(code=code, state=state, error=error))
+
+
+@router.post("/me/github/oauth/complete", response_model=GithubAccountView)
+async def complete_oauth(
+    body: OAuthComplete,
+    user: CurrentUser,
     session: SessionDep,
     github: GithubDep,
     settings: SettingsDep,
-    code: str | None = None,
-    state: str | None = None,
-    error: str | None = None,
 ) -> GithubAccountView:
-    """Where GitHub sends the browser back. No bearer token: the `state` names the user."""
-    account = await oauth.finish(session, github, settings, code=code, state=state, error=error)
+    """Finish the OAuth flow as the signed-in user: the state must be one this user started."""
+    account = await oauth.complete(
+        session, github, settings, user.user_id, code=body.code, state=body.state
+    )
     return _account_view(account)
 
 

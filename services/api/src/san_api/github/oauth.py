@@ -1,6 +1,14 @@
-"""The OAuth web flow (SPEC §4): an unguessable single-use `state` proves, at the callback,
-which user started the flow; PKCE (S256) proves the code is exchanged by whoever asked for
-it. Only the state's SHA-256 is stored, with the PKCE verifier encrypted for that user.
+"""The OAuth web flow (SPEC §4), bound to the user who started it.
+
+An unguessable single-use `state` names the user who started the flow; PKCE (S256) proves
+the code is exchanged by whoever asked for it. Only the state's SHA-256 is stored, with the
+PKCE verifier encrypted for that user.
+
+GitHub's redirect (`GET /github/oauth/callback`) links nothing: it carries no credential of
+ours, so anyone's browser can be sent there with anyone's `state` (account-linking CSRF).
+The link is made by `POST /me/github/oauth/complete`, authenticated with the caller's own
+bearer token, and only when that caller is the user the state was issued to. See
+docs/github.md ("Why the callback links nothing").
 """
 
 from __future__ import annotations
@@ -56,29 +64,44 @@ async def start(
     return url, expires_at
 
 
-async def finish(
+COMPLETE_HINT = "POST /me/github/oauth/complete with this code and state and your own bearer token"
+
+
+def callback(*, code: str | None, state: str | None, error: str | None) -> dict[str, object]:
+    """Check the redirect's shape only; the state is looked at when the user completes."""
+    if error:
+        raise errors.OAuthCodeRejected(f"GitHub reported '{error[:80]}'; start the link again")
+    if not state:
+        raise errors.OAuthStateInvalid("the callback has no state")
+    if not code:
+        raise errors.OAuthCodeRejected("the callback has no code")
+    return {"code": code, "state": state, "linked": False, "next": COMPLETE_HINT}
+
+
+async def complete(
     session: AsyncSession,
     github: GithubServices,
     settings: ApiSettings,
+    user_id: uuid.UUID,
     *,
-    code: str | None,
-    state: str | None,
-    error: str | None,
+    code: str,
+    state: str,
 ) -> GithubAccount:
-    """The callback: consume the state, exchange the code, validate and store the token.
+    """Consume the state, check it is the caller's, exchange the code, store the token.
 
-    The state is marked used in the request's transaction: a callback that fails leaves
-    nothing written, and one that succeeds can never be replayed.
+    A state of another user is burnt (the error keeps that write), so a victim's code can
+    never be redeemed for the attacker's account afterwards. Any other failure writes
+    nothing: the user may retry with the same state until it expires; a success can never
+    be replayed.
     """
-    if not state:
-        raise errors.OAuthStateInvalid("the callback has no state")
     consumed = await repository.consume_oauth_state(session, state_hash(state))
     if consumed is None:
         raise errors.OAuthStateInvalid("the state is unknown, expired or already used")
-    if error:
-        raise errors.OAuthCodeRejected(f"GitHub reported '{error[:80]}'; start the link again")
-    if not code:
-        raise errors.OAuthCodeRejected("the callback has no code")
+    if consumed.user_id != user_id:
+        raise errors.OAuthStateNotYours(
+            "this authorization was started from another SAN account; nothing was linked and "
+            "the authorization is void. Start linking from your own account."
+        )
     try:
         verifier = github.cipher.decrypt(
             consumed.encrypted_code_verifier,
@@ -96,4 +119,4 @@ async def finish(
             )
         except GithubPermanentError as exc:
             raise errors.OAuthCodeRejected(str(exc)) from None
-    return await service.link(session, github, consumed.user_id, token)
+    return await service.link(session, github, user_id, token)

@@ -67,6 +67,25 @@ class OAuthStart(BaseModel):
     expiresAt: datetime = Field(description="The authorization must finish before this")
 
 
+OAuthCode = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[\x21-\x7e]+$")]
+
+
+class OAuthComplete(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: OAuthCode = Field(description="The `code` GitHub appended to the callback URL")
+    state: OAuthCode = Field(description="The `state` GitHub appended to the callback URL")
+
+
+class OAuthCallback(BaseModel):
+    """What GitHub's redirect carried. Nothing is linked until the user completes it."""
+
+    code: str
+    state: str
+    linked: bool = Field(description="Always false: linking needs the user's bearer token")
+    next: str = Field(description="How to finish linking")
+
+
 class RepositoryCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
