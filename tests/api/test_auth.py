@@ -35,8 +35,8 @@ def _unsigned(claims: dict[str, object]) -> str:
 
 def _tampered(subject: str) -> str:
     """A genuine token for someone else whose payload was swapped for `subject`."""
-    header, _, signature = _hs256({"sub": "someone-else"}).split(".")
-    payload = _unsigned({"sub": subject}).split(".")[1]
+    header, _, signature = _hs256({"sub": "someone-else", "exp": _in(600)}).split(".")
+    payload = _unsigned({"sub": subject, "exp": _in(600)}).split(".")[1]
     return f"{header}.{payload}.{signature}"
 
 
@@ -54,19 +54,35 @@ BAD_AUTH: list[tuple[str, AuthCase]] = [
     ("bare-token-no-scheme", lambda sub: _hs256({"sub": sub, "exp": _in(600)})),
     ("garbage", lambda sub: "Bearer not.a.jwt"),
     ("garbage-base64", lambda sub: "Bearer " + base64.b64encode(sub.encode()).decode()),
-    ("forged-other-secret", lambda sub: "Bearer " + _hs256({"sub": sub}, OTHER_SECRET)),
+    (
+        "forged-other-secret",
+        lambda sub: "Bearer " + _hs256({"sub": sub, "exp": _in(600)}, OTHER_SECRET),
+    ),
     ("expired", lambda sub: "Bearer " + _hs256({"sub": sub, "exp": _in(-3600)})),
     ("not-yet-valid", lambda sub: "Bearer " + _hs256({"sub": sub, "nbf": _in(3600)})),
+    ("no-exp", lambda sub: "Bearer " + _hs256({"sub": sub})),
+    ("too-long-lived", lambda sub: "Bearer " + _hs256({"sub": sub, "exp": _in(90 * 86400)})),
+    (
+        "too-long-lived-by-iat",
+        lambda sub: "Bearer " + _hs256({"sub": sub, "iat": _in(-3600), "exp": _in(86400)}),
+    ),
+    (
+        "issued-in-the-future",
+        lambda sub: "Bearer " + _hs256({"sub": sub, "iat": _in(3600), "exp": _in(7200)}),
+    ),
     ("no-sub", lambda sub: "Bearer " + _hs256({"exp": _in(600), "name": sub})),
     ("empty-sub", lambda sub: "Bearer " + _hs256({"sub": "", "exp": _in(600)})),
     ("blank-sub", lambda sub: "Bearer " + _hs256({"sub": "  \t ", "exp": _in(600)})),
     ("numeric-sub", lambda sub: "Bearer " + _hs256({"sub": 12345, "exp": _in(600)})),
     ("object-sub", lambda sub: "Bearer " + _hs256({"sub": {"id": sub}, "exp": _in(600)})),
-    ("oversized-sub", lambda sub: "Bearer " + _hs256({"sub": sub + "x" * 300})),
-    ("nul-in-sub", lambda sub: "Bearer " + _hs256({"sub": sub + "\x00"})),
-    ("surrogate-in-sub", lambda sub: "Bearer " + _hs256({"sub": sub + "\ud800"})),
+    ("oversized-sub", lambda sub: "Bearer " + _hs256({"sub": sub + "x" * 300, "exp": _in(600)})),
+    ("nul-in-sub", lambda sub: "Bearer " + _hs256({"sub": sub + "\x00", "exp": _in(600)})),
+    ("surrogate-in-sub", lambda sub: "Bearer " + _hs256({"sub": sub + "\ud800", "exp": _in(600)})),
     ("alg-none", lambda sub: "Bearer " + _unsigned({"sub": sub, "exp": _in(600)})),
-    ("alg-hs384", lambda sub: "Bearer " + _hs256({"sub": sub}, JWT_SECRET, "HS384")),
+    (
+        "alg-hs384",
+        lambda sub: "Bearer " + _hs256({"sub": sub, "exp": _in(600)}, JWT_SECRET, "HS384"),
+    ),
     ("tampered-payload", lambda sub: "Bearer " + _tampered(sub)),
 ]
 
@@ -100,7 +116,7 @@ async def test_bad_credentials_are_401_and_provision_nothing(
 
 
 async def test_an_expired_token_says_so(api: httpx.AsyncClient) -> None:
-    token = _hs256({"sub": "late-" + uuid.uuid4().hex, "exp": _in(-10)})
+    token = _hs256({"sub": "late-" + uuid.uuid4().hex, "exp": _in(-120)})
     response = await api.post(
         "/scraps", json={"content": "late"}, headers={"Authorization": f"Bearer {token}"}
     )
@@ -149,12 +165,25 @@ async def test_a_valid_token_provisions_its_user_once(
     assert owners == {user_ids[0]}
 
 
-async def test_a_token_without_exp_is_accepted(api: httpx.AsyncClient, sessions: Sessions) -> None:
-    """SPEC §8: `exp` is honoured when present; its absence is not an error."""
-    subject = "no-exp-" + uuid.uuid4().hex
-    headers = {"Authorization": f"Bearer {_hs256({'sub': subject})}"}
-    await save_scrap(api, headers)
-    assert (await footprint(sessions, subject)).users == 1
+@pytest.mark.parametrize(
+    ("claims", "says"),
+    [
+        ({}, "has no 'exp' claim"),
+        ({"exp": 90 * 86400}, "longer than the maximum of 86400 seconds"),
+        ({"exp": 600, "sub": "x" * 10_000}, "longer than 255 characters"),
+        ({"exp": 600, "sub": " "}, "must not be empty"),
+        ({"exp": 600, "sub": 7}, "must be a string"),
+    ],
+)
+async def test_a_refused_token_says_why(
+    api: httpx.AsyncClient, claims: dict[str, object], says: str
+) -> None:
+    full: dict[str, object] = {"sub": "why-" + uuid.uuid4().hex, **claims}
+    if "exp" in full:
+        full["exp"] = _in(int(str(full["exp"])))
+    response = await api.get("/me", headers={"Authorization": f"Bearer {_hs256(full)}"})
+    body = assert_problem(response, 401, "UNAUTHORIZED")
+    assert says in body["detail"]
 
 
 async def test_the_subject_is_case_sensitive_and_any_string(

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from san_api import health
+from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
 from san_api.errors import install_error_handlers
 from san_api.github.clients import GithubServices
@@ -31,9 +32,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         app.state.github = GithubServices.from_settings(settings)
+        app.state.tokens = token_verifier(settings)
         try:
             yield
         finally:
+            if app.state.tokens.jwks is not None:
+                await app.state.tokens.jwks.aclose()
             await app.state.github.aclose()
             await engine.dispose()
             # uvicorn ends the process by re-raising SIGTERM after this: export spans now

@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_api.auth.tokens import InvalidToken, verify
+from san_api.auth.tokens import InvalidToken, TokenVerifier
 from san_api.errors import AppError, Unauthorized
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
@@ -53,17 +53,24 @@ class Principal:
     external_id: str
 
 
-async def get_current_user(
-    session: SessionDep,
-    settings: SettingsDep,
+async def get_subject(
+    request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
+) -> str:
+    """The verified token's subject; needs no database (the rate limiter runs on it)."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("Missing bearer token: send 'Authorization: Bearer <token>'")
+    verifier: TokenVerifier = request.app.state.tokens
     try:
-        subject = verify(settings.auth_jwt_secret, credentials.credentials)
+        return await verifier.verify(credentials.credentials)
     except InvalidToken as exc:
         raise Unauthorized(f"Invalid bearer token: {exc}") from exc
+
+
+SubjectDep = Annotated[str, Depends(get_subject)]
+
+
+async def get_current_user(session: SessionDep, subject: SubjectDep) -> Principal:
     return Principal(await users.provision(session, subject), subject)
 
 

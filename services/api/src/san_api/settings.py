@@ -10,7 +10,19 @@ class ApiSettings(GithubAccessSettings):
     service_name: str = "api"
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)
-    auth_jwt_secret: str = ""
+    auth_jwt_secret: str = Field(default="", repr=False)
+    auth_jwt_max_lifetime_seconds: int = Field(
+        default=24 * 3600, ge=60, description="Longest accepted exp - iat; exp is required"
+    )
+    auth_jwt_leeway_seconds: int = Field(default=30, ge=0, le=300, description="Clock skew")
+    auth_jwt_issuer: str = Field(default="", description="Required `iss` when set")
+    auth_jwt_audience: str = Field(default="", description="Required `aud` when set")
+    auth_jwt_jwks_url: str = Field(default="", description="External IdP keys (RS256 mode)")
+    auth_jwt_jwks_file: str = Field(default="", description="The same, from a file")
+    auth_jwt_jwks_cache_seconds: float = Field(default=300, ge=1)
+    auth_jwt_algorithms: str = Field(
+        default="RS256", description="Accepted in JWKS mode (comma-separated, asymmetric only)"
+    )
     scrap_max_bytes: int = Field(default=100_000, ge=1, description="Normalized scrap size limit")
     request_max_bytes: int = Field(default=1_000_000, ge=1024, description="Any request body")
     similar_cards_threshold: float = Field(default=0.5, ge=0, le=2)
@@ -30,6 +42,12 @@ class ApiSettings(GithubAccessSettings):
 
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:
+        if self.auth_jwt_jwks_url and self.auth_jwt_jwks_file:
+            raise ValueError("set one of AUTH_JWT_JWKS_URL and AUTH_JWT_JWKS_FILE, not both")
+        if self.auth_jwt_jwks_url or self.auth_jwt_jwks_file:
+            algorithms = {a.strip() for a in self.auth_jwt_algorithms.split(",") if a.strip()}
+            if not algorithms or any(a.startswith(("HS", "none")) for a in algorithms):
+                raise ValueError("AUTH_JWT_ALGORITHMS must name asymmetric algorithms (RS256…)")
         if self.auth_jwt_secret.lower() in PLACEHOLDERS or len(self.auth_jwt_secret) < 32:
             if self.san_env == "production":
                 raise ValueError(

@@ -14,9 +14,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("subject", nargs="?", default="local-user", help="the user's external id")
     parser.add_argument("--ttl-hours", type=float, default=24.0)
     args = parser.parse_args(argv)
-    print(
-        mint(load_settings(ApiSettings).auth_jwt_secret, args.subject, int(args.ttl_hours * 3600))
-    )
+    settings = load_settings(ApiSettings)
+    ttl = int(args.ttl_hours * 3600)
+    if not 0 < ttl <= settings.auth_jwt_max_lifetime_seconds:
+        parser.error(
+            f"--ttl-hours must be positive and at most AUTH_JWT_MAX_LIFETIME_SECONDS "
+            f"({settings.auth_jwt_max_lifetime_seconds} s): the API refuses longer tokens"
+        )
+    print(mint(settings.auth_jwt_secret, args.subject, ttl))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,21 @@
+"""Bearer JWTs (SPEC §8): HS256 with `AUTH_JWT_SECRET`, or RS256/ES256 from an external
+identity provider's JWKS (a URL or a file). Every token must carry `exp`, and live no
+longer than `AUTH_JWT_MAX_LIFETIME_SECONDS`; `iss` and `aud` are checked when configured.
+"""
+
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import jwt
+from jwt.exceptions import InvalidSubjectError
+
+from san_api.auth.jwks import JwksKeys, KeysUnavailable
+from san_api.settings import ApiSettings
 
 ALGORITHM = "HS256"
+MAX_SUBJECT_LENGTH = 255
 
 
 class InvalidToken(Exception):
@@ -16,17 +27,96 @@ def mint(secret: str, subject: str, ttl_seconds: int = 24 * 3600) -> str:
     return jwt.encode({"sub": subject, "iat": now, "exp": now + ttl_seconds}, secret, ALGORITHM)
 
 
-def verify(secret: str, token: str) -> str:
-    """The token's subject (the user's external id); `exp` is honoured when present."""
-    try:
-        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["sub"]})
-    except jwt.ExpiredSignatureError as exc:
-        raise InvalidToken("the token has expired") from exc
-    except jwt.InvalidTokenError as exc:
-        raise InvalidToken("the token is not valid") from exc
-    subject = claims.get("sub")
-    if not isinstance(subject, str) or not subject.strip() or len(subject) > 255:
-        raise InvalidToken("the token's subject must be a non-empty string")
+@dataclass(frozen=True)
+class TokenVerifier:
+    """How the API checks a bearer token; built once by `create_app`."""
+
+    secret: str
+    max_lifetime_seconds: int
+    leeway_seconds: int = 30
+    issuer: str | None = None
+    audience: str | None = None
+    jwks: JwksKeys | None = None
+    algorithms: tuple[str, ...] = (ALGORITHM,)
+
+    async def verify(self, token: str) -> str:
+        """The token's subject (the user's external id), or InvalidToken saying why."""
+        key: object = self.secret
+        if self.jwks is not None:
+            try:
+                kid = jwt.get_unverified_header(token).get("kid")
+            except jwt.InvalidTokenError as exc:
+                raise InvalidToken("the token is not valid") from exc
+            try:
+                key = await self.jwks.key(kid if isinstance(kid, str) else None)
+            except KeysUnavailable as exc:
+                raise InvalidToken(str(exc)) from exc
+        try:
+            claims = jwt.decode(
+                token,
+                key,  # type: ignore[arg-type]
+                algorithms=list(self.algorithms),
+                issuer=self.issuer or None,
+                audience=self.audience or None,
+                leeway=self.leeway_seconds,
+                options={
+                    "require": ["sub", "exp", *(["iss"] if self.issuer else [])],
+                    "verify_aud": bool(self.audience),
+                },
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise InvalidToken("the token has expired") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            raise InvalidToken(f"the token has no '{exc.claim}' claim") from exc
+        except InvalidSubjectError as exc:
+            raise InvalidToken("the token's subject must be a string") from exc
+        except jwt.InvalidIssuerError as exc:
+            raise InvalidToken("the token's issuer is not accepted") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise InvalidToken("the token is not meant for this API (audience)") from exc
+        except jwt.InvalidTokenError as exc:
+            raise InvalidToken("the token is not valid") from exc
+        self._check_lifetime(claims)
+        return _subject(claims.get("sub"))
+
+    def _check_lifetime(self, claims: dict[str, object]) -> None:
+        exp, iat = claims.get("exp"), claims.get("iat")
+        start = iat if isinstance(iat, int | float) else time.time()
+        assert isinstance(exp, int | float)  # pyjwt checked it is a number
+        if exp - start > self.max_lifetime_seconds + self.leeway_seconds:
+            raise InvalidToken(
+                f"the token lives longer than the maximum of {self.max_lifetime_seconds} seconds"
+            )
+
+
+def token_verifier(settings: ApiSettings) -> TokenVerifier:
+    jwks = None
+    algorithms: tuple[str, ...] = (ALGORITHM,)
+    if settings.auth_jwt_jwks_url or settings.auth_jwt_jwks_file:
+        jwks = JwksKeys(
+            url=settings.auth_jwt_jwks_url,
+            file=settings.auth_jwt_jwks_file,
+            cache_seconds=settings.auth_jwt_jwks_cache_seconds,
+        )
+        algorithms = tuple(a.strip() for a in settings.auth_jwt_algorithms.split(",") if a.strip())
+    return TokenVerifier(
+        secret=settings.auth_jwt_secret,
+        max_lifetime_seconds=settings.auth_jwt_max_lifetime_seconds,
+        leeway_seconds=settings.auth_jwt_leeway_seconds,
+        issuer=settings.auth_jwt_issuer or None,
+        audience=settings.auth_jwt_audience or None,
+        jwks=jwks,
+        algorithms=algorithms,
+    )
+
+
+def _subject(subject: object) -> str:
+    if not isinstance(subject, str):
+        raise InvalidToken("the token's subject must be a string")
+    if not subject.strip():
+        raise InvalidToken("the token's subject must not be empty")
+    if len(subject) > MAX_SUBJECT_LENGTH:
+        raise InvalidToken(f"the token's subject is longer than {MAX_SUBJECT_LENGTH} characters")
     if not _storable(subject):
         raise InvalidToken("the token's subject must be text without NUL or lone surrogates")
     return subject
