@@ -99,3 +99,44 @@ def test_the_api_process_refuses_to_start_in_production_without_secrets(
     assert missing in result.stderr
     assert "configuration error" in result.stderr
     assert "Traceback" not in result.stderr, "a deployer gets one readable line, not a trace"
+
+
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("database_url", "postgresql://san:san-local-only@db:5432/san"),
+        ("amqp_url", "amqp://guest:guest@rabbitmq:5672/"),
+        ("amqp_url", "amqp://san:@rabbitmq:5672/"),
+    ],
+)
+def test_production_refuses_placeholder_passwords_in_every_url(variable: str, url: str) -> None:
+    values = {"database_url": "postgresql://san:a-real-password@db/san", variable: url}
+    with pytest.raises(ValidationError, match=f"{variable.upper()} uses a placeholder password"):
+        ServiceSettings(san_env="production", **values)  # type: ignore[arg-type]
+    ServiceSettings(san_env="development", **values)  # type: ignore[arg-type]
+
+
+def test_production_accepts_urls_with_real_or_no_passwords() -> None:
+    ServiceSettings(
+        san_env="production",
+        database_url="postgresql://san@db/san",  # .pgpass or a client certificate
+        amqp_url="amqp://san:a-real-password@rabbitmq:5672/",
+    )
+
+
+def test_unknown_variables_are_those_with_the_services_prefixes() -> None:
+    from san_relay.settings import RelaySettings
+
+    settings = RelaySettings(database_url=DB)
+    environ = {
+        "RELAY_BATCH_SIZ": "5",  # a typo of RELAY_BATCH_SIZE
+        "RELAY_BATCH_SIZE": "5",
+        "AMQP_URI": "amqp://x",  # a shared prefix, a typo of AMQP_URL
+        "WORKER_PREFETCH": "3",  # another service's prefix
+        "GITHUB_CLIENT_ID": "x",  # a prefix several services share
+        "PATH": "/bin",
+    }
+    assert settings.unknown_variables(environ) == [
+        ("AMQP_URI", "AMQP_URL"),
+        ("RELAY_BATCH_SIZ", "RELAY_BATCH_SIZE"),
+    ]

@@ -114,3 +114,12 @@ def test_the_console_format_is_one_readable_line(captured: io.StringIO) -> None:
     assert line.startswith("test-service") and "WARNING" in line
     assert "job_id=j-2" in line and "try=2" in line
     assert JWT_LIKE not in line
+
+
+def test_structured_fields_stay_structures_in_a_json_line() -> None:
+    """`san-recovery run --json` logs `by_job_type` as an object, not a JSON string."""
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "sweep", None, None)
+    record.fields = {"by_job_type": {"CARD_ANALYSIS": {"found": 2}}, "names": ["a", "b"]}
+    line = json.loads(logs.JsonFormatter().format(record))
+    assert line["by_job_type"] == {"CARD_ANALYSIS": {"found": 2}}
+    assert line["names"] == ["a", "b"]

@@ -54,12 +54,7 @@ class JsonFormatter(logging.Formatter):
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            line.update(
-                {
-                    k: v if isinstance(v, int | float | bool) else _redact(str(v))
-                    for k, v in extra.items()
-                }
-            )
+            line.update({k: _json_field(v) for k, v in extra.items()})
         if record.exc_info:
             line["exc"] = _redact(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False)
@@ -75,6 +70,18 @@ class ConsoleFormatter(logging.Formatter):
         if record.exc_info:
             text += "\n" + _redact(self.formatException(record.exc_info))
         return text
+
+
+def _json_field(value: Any) -> Any:
+    """Numbers and booleans as they are, lists and mappings as JSON structures (their
+    strings redacted), anything else as its redacted text."""
+    if value is None or isinstance(value, int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_field(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_field(v) for v in value]
+    return _redact(str(value))
 
 
 def _bound() -> dict[str, Any]:
@@ -130,3 +137,8 @@ def configure_service_logging(settings: ServiceSettings) -> None:
         level=settings.log_level,
         secrets=secret_values(settings),
     )
+    for name, suggestion in settings.unknown_variables():
+        logging.getLogger("san_common.settings").warning(
+            "unknown setting ignored",
+            extra={"fields": {"variable": name, "did_you_mean": suggestion or "-"}},
+        )

@@ -2,21 +2,43 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
+from urllib.parse import unquote, urlsplit
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
+# Passwords that ship in this repository or in the servers' images (compose's fallback,
+# RabbitMQ's guest): fine on a laptop, refused in any URL when SAN_ENV=production.
+PLACEHOLDER_PASSWORDS = frozenset(
+    {"", "san-local-only", "guest", "postgres", "password", "changeme", "change-me", "secret"}
+)
 
 
 class ServiceSettings(BaseSettings):
     """Environment-driven settings common to all services (SPEC §8)."""
 
     model_config = SettingsConfigDict(env_file=None, extra="ignore", frozen=True)
+
+    # Environment variables starting with one of these (here or in a subclass) are meant
+    # for this service: one it does not know is reported at start-up (a misspelt name would
+    # otherwise be ignored in silence). Prefixes several services share with different
+    # fields (GITHUB_) are left out: another service's variable is not a typo.
+    reported_prefixes: ClassVar[tuple[str, ...]] = (
+        "SAN_",
+        "DATABASE_",
+        "AMQP_",
+        "LOG_",
+        "PROBE_",
+        "TRACING_",
+    )
 
     san_env: Literal["development", "test", "production"] = "development"
     service_name: str = "san"
@@ -49,6 +71,62 @@ class ServiceSettings(BaseSettings):
         if self.san_env == "production" and not self.database_url:
             raise ValueError("DATABASE_URL must be set when SAN_ENV=production")
         return self
+
+    @model_validator(mode="after")
+    def _no_placeholder_passwords_in_production(self) -> ServiceSettings:
+        if self.san_env != "production":
+            return self
+        # Only what was set: the built-in default AMQP_URL (guest on localhost) cannot leak
+        # anywhere — RabbitMQ accepts guest from localhost only.
+        for name in sorted(self.model_fields_set):
+            value = getattr(self, name)
+            if not isinstance(value, str) or "://" not in value:
+                continue
+            try:
+                parts = urlsplit(value)
+            except ValueError:
+                continue
+            if parts.password is None:  # no password in the URL: another way to log in
+                continue
+            if unquote(parts.password).lower() in PLACEHOLDER_PASSWORDS:
+                raise ValueError(
+                    f"{name.upper()} uses a placeholder password ({unquote(parts.password)!r}); "
+                    "set a real one when SAN_ENV=production"
+                )
+        return self
+
+    def unknown_variables(
+        self, environ: Mapping[str, str] | None = None
+    ) -> list[tuple[str, str | None]]:
+        """Variables with this service's prefixes that no setting reads, each with the
+        closest known name (a likely typo) or None."""
+        environ = os.environ if environ is None else environ
+        prefixes = tuple(
+            {p for cls in type(self).__mro__ for p in vars(cls).get("reported_prefixes", ())}
+        )
+        known = known_variables(type(self))
+        unknown: list[tuple[str, str | None]] = []
+        for name in sorted(environ):
+            upper = name.upper()
+            if upper.startswith(prefixes) and upper not in known:
+                close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.75)
+                unknown.append((name, close[0] if close else None))
+        return unknown
+
+
+def known_variables(cls: type[BaseSettings]) -> frozenset[str]:
+    """The environment variables a settings class reads (upper case)."""
+    prefix = str(cls.model_config.get("env_prefix", "") or "")
+    names: set[str] = set()
+    for name, field in cls.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, str):
+            names.add(alias.upper())
+        elif isinstance(alias, AliasChoices):
+            names.update(str(choice).upper() for choice in alias.choices)
+        else:
+            names.add(f"{prefix}{name}".upper())
+    return frozenset(names)
 
 
 S = TypeVar("S", bound=ServiceSettings)

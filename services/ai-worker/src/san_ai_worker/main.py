@@ -1,17 +1,25 @@
-"""`san-ai-worker`: consumes the AI job types."""
+"""`san-ai-worker`: consumes the AI job types.
+
+Configured by the environment (DATABASE_URL, AMQP_URL, AI_*, WORKER_*; see
+docs/operations.md). Exits 1 with one line when PostgreSQL or RabbitMQ cannot be reached
+at start-up."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
 from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
+from san_common import cli
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.dependencies import require_broker, require_database
 from san_common.process import readiness, serve
 from san_common.settings import load_settings
 from san_common.worker import WorkerRuntime
+
+PROG = "san-ai-worker"
 
 
 async def amain(settings: AiWorkerSettings) -> None:
@@ -33,6 +41,8 @@ async def amain(settings: AiWorkerSettings) -> None:
         config=settings.runtime_config(),
     )
     try:
+        await require_database(PROG, engine, settings.database_url)
+        await require_broker(PROG, settings.amqp_url)
         await serve(settings, runtime.run, readiness(engine, settings.amqp_url))
     finally:
         await github.aclose()
@@ -40,8 +50,9 @@ async def amain(settings: AiWorkerSettings) -> None:
         await engine.dispose()
 
 
-def main() -> None:
-    asyncio.run(amain(load_settings(AiWorkerSettings)))
+def main(argv: Sequence[str] | None = None) -> None:
+    cli.parse(PROG, __doc__ or "", distribution="san-ai-worker", argv=argv)
+    cli.run(PROG, amain(load_settings(AiWorkerSettings)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -10,6 +10,8 @@ from san_common.worker.settings import WorkerSettings
 
 class AiWorkerSettings(WorkerSettings, GithubAccessSettings):
     """GithubAccessSettings: GITHUB_STAR_RECOMMENDATION reads stars with the stored token."""
+
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("AI_",)
 
     service_name: str = "ai-worker"
     ai_provider: Literal["openai", "local"] = "local"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
 from san_common.github.settings import GithubAccessSettings
@@ -7,6 +9,7 @@ from san_common.local_secrets import PLACEHOLDERS, local_secret
 
 
 class ApiSettings(GithubAccessSettings):
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("API_", "AUTH_")
     service_name: str = "api"
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=0, le=65535)

@@ -1,17 +1,25 @@
-"""`san-github-worker`: consumes TIL_GITHUB_COMMIT, on its own queue and pool."""
+"""`san-github-worker`: consumes TIL_GITHUB_COMMIT, on its own queue and pool.
+
+Configured by the environment (DATABASE_URL, AMQP_URL, GITHUB_*, WORKER_*; see
+docs/operations.md). Exits 1 with one line when PostgreSQL or RabbitMQ cannot be reached
+at start-up."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 
+from san_common import cli
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.dependencies import require_broker, require_database
 from san_common.process import readiness, serve
 from san_common.settings import load_settings
 from san_common.worker import WorkerRuntime
 from san_github_worker.handlers import build_handlers
 from san_github_worker.locks import UserLocks
 from san_github_worker.settings import GithubWorkerSettings
+
+PROG = "san-github-worker"
 
 
 async def amain(settings: GithubWorkerSettings) -> None:
@@ -26,14 +34,17 @@ async def amain(settings: GithubWorkerSettings) -> None:
         config=settings.runtime_config(),
     )
     try:
+        await require_database(PROG, engine, settings.database_url)
+        await require_broker(PROG, settings.amqp_url)
         await serve(settings, runtime.run, readiness(engine, settings.amqp_url))
     finally:
         await github.aclose()
         await engine.dispose()
 
 
-def main() -> None:
-    asyncio.run(amain(load_settings(GithubWorkerSettings)))
+def main(argv: Sequence[str] | None = None) -> None:
+    cli.parse(PROG, __doc__ or "", distribution="san-github-worker", argv=argv)
+    cli.run(PROG, amain(load_settings(GithubWorkerSettings)))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from san_common import cli
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.dependencies import require_database
 from san_common.logs import configure_service_logging
 from san_common.probes import ReadinessCheck
 from san_common.process import serve
@@ -30,13 +32,12 @@ from san_recovery.scheduler import Plan, Scheduler
 from san_recovery.settings import RecoverySettings
 from san_recovery.sweeps import ALL, DAILY, PERIODIC, Sweep
 
+PROG = "san-recovery"
 _CHOICES = [s.value for s in Sweep] + ["all"]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="san-recovery", description="Recovery sweeps and the daily TIL batch (SPEC §2.7)."
-    )
+    parser = cli.parser(PROG, __doc__ or "", distribution="san-recovery")
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="run the sweeps on their schedules (the default)")
     once = commands.add_parser("run", help="run sweeps once and print what they did")
@@ -52,6 +53,7 @@ async def run_once(settings: RecoverySettings, sweeps: Sequence[Sweep], *, as_js
     """Run `sweeps` once, print what they did; the exit code (0 = every sweep succeeded)."""
     engine = create_engine(settings.database_url, pool_size=2)
     try:
+        # No start-up check: an unreachable database is each sweep's reported error.
         reports = await run_sweeps(create_session_factory(engine), sweeps, policy=settings.policy())
     finally:
         await engine.dispose()
@@ -81,6 +83,7 @@ async def run_scheduler(settings: RecoverySettings) -> None:
         await Scheduler(plans, run).run(stop)
 
     try:
+        await require_database(PROG, engine, settings.database_url)
         await serve(settings, work, _database_ready(engine))
     finally:
         await engine.dispose()
@@ -101,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     settings = load_settings(RecoverySettings)
     if args.command in (None, "serve"):
-        asyncio.run(run_scheduler(settings))
+        cli.run(PROG, run_scheduler(settings))
         return
     configure_service_logging(settings)
     # Always in the canonical order: ghosts first, so their re-registrations supersede.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -151,9 +150,8 @@ def _record(report: SweepReport) -> None:
                 **total.as_dict(),
                 "batches": report.batches,
                 "duration_ms": round(report.seconds * 1000),
-                "by_job_type": json.dumps(
-                    {t.value: c.as_dict() for t, c in report.tally.by_type.items()}
-                ),
+                # a structure, not a string: a JSON log line nests it as an object
+                "by_job_type": {t.value: c.as_dict() for t, c in report.tally.by_type.items()},
             }
         },
     )

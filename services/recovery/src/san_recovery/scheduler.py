@@ -62,8 +62,11 @@ class Scheduler:
         now = self._clock()
         due = {i: plan.next_after(now) for i, plan in enumerate(self._plans)}
         for plan, at in zip(self._plans, due.values(), strict=True):
+            names = [sweep.value for sweep in plan.sweeps]
             log.info(
-                "sweeps scheduled", extra={"fields": {"cron": plan.cron, "next": at.isoformat()}}
+                "sweeps scheduled: %s",
+                ", ".join(names),
+                extra={"fields": {"sweeps": names, "cron": plan.cron, "next": at.isoformat()}},
             )
         while not stop.is_set():
             now = self._clock()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import ClassVar
 
 from croniter import croniter
 from pydantic import Field, field_validator
@@ -11,6 +12,8 @@ from san_recovery.policy import Policy
 
 class RecoverySettings(ServiceSettings):
     """Thresholds and schedules of the recovery sweeps (SPEC §2.7); see docs/recovery.md."""
+
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("RECOVERY_",)
 
     service_name: str = "recovery"
     recovery_schedule: str = Field(

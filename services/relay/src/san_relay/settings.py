@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from san_common.settings import ServiceSettings
 
 
 class RelaySettings(ServiceSettings):
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("RELAY_", "OUTBOX_")
     service_name: str = "relay"
     relay_batch_size: int = Field(default=200, ge=1, le=5000)
     relay_poll_seconds: float = Field(

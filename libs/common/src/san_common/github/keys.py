@@ -10,7 +10,6 @@ a value could not be decrypted with any configured key (then do not drop keys ye
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import uuid
@@ -20,6 +19,7 @@ from pydantic import model_validator
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from san_common import cli
 from san_common.crypto import DecryptionFailed, Purpose, TokenCipher, generate_key, resolve_keys
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.models import GithubAccount, GithubOAuthState
@@ -172,11 +172,7 @@ async def _rotate_main(settings: KeySettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="san-token-keys",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = cli.parser("san-token-keys", __doc__ or "", distribution="san-common")
     parser.add_argument("command", choices=("generate", "rotate"))
     args = parser.parse_args(argv)
     if args.command == "generate":
@@ -184,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     settings = load_settings(KeySettings)
     if not settings.database_url:
-        print("DATABASE_URL is not set", file=sys.stderr)
+        print("san-token-keys: DATABASE_URL is not set", file=sys.stderr)
         return 2
-    return asyncio.run(_rotate_main(settings))
+    try:
+        return asyncio.run(_rotate_main(settings))
+    except cli.STARTUP_ERRORS as exc:
+        raise cli.Unreachable("san-token-keys", "PostgreSQL", settings.database_url, exc) from None
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from san_common.settings import ServiceSettings
@@ -9,6 +11,7 @@ from san_common.worker.runtime import RuntimeConfig
 
 
 class WorkerSettings(ServiceSettings):
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("WORKER_",)
     worker_prefetch: int = Field(default=10, ge=1, le=1000)
     worker_max_tries: int = Field(default=3, ge=1, le=20)
     worker_backoff_seconds: float = Field(default=1.0, ge=0)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-
 from san_api.auth.tokens import mint
 from san_api.settings import ApiSettings
+from san_common import cli
 from san_common.settings import load_settings
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="san-token", description=__doc__)
+    parser = cli.parser("san-token", __doc__ or "", distribution="san-api")
     parser.add_argument("subject", nargs="?", default="local-user", help="the user's external id")
     parser.add_argument("--ttl-hours", type=float, default=24.0)
     args = parser.parse_args(argv)
