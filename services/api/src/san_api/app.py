@@ -9,11 +9,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from san_api import health
+from san_api.admin import console
+from san_api.admin.broker import BrokerAdmin
+from san_api.admin.endpoints import router as admin_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
 from san_api.errors import install_error_handlers
 from san_api.github.clients import GithubServices
 from san_api.github.endpoints import router as github_router
+from san_api.job_events.endpoints import router as job_events_router
+from san_api.job_events.hub import JobEventHub
 from san_api.jobs.endpoints import router as jobs_router
 from san_api.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
@@ -22,6 +27,7 @@ from san_api.settings import ApiSettings
 from san_api.til.endpoints import router as til_router
 from san_api.users.endpoints import router as users_router
 from san_common import tracing
+from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 
 
@@ -33,9 +39,14 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.sessions = create_session_factory(engine)
         app.state.github = GithubServices.from_settings(settings)
         app.state.tokens = token_verifier(settings)
+        app.state.job_events = JobEventHub(settings.database_url)  # connects on first use
+        app.state.broker_admin = BrokerAdmin(
+            settings.amqp_url, Topology(settings.amqp_prefix), settings.rabbitmq_management_url
+        )
         try:
             yield
         finally:
+            await app.state.job_events.aclose()
             if app.state.tokens.jwks is not None:
                 await app.state.tokens.jwks.aclose()
             await app.state.github.aclose()
@@ -58,10 +69,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
         scraps_router,
         cards_router,
         jobs_router,
+        job_events_router,
         til_router,
         recall_quizzes_router,
         github_router,
         users_router,
+        admin_router,
     ):
         app.include_router(router)
+    console.install(app)
     return app

@@ -44,6 +44,18 @@ class Unauthorized(AppError):
     code, status, title = "UNAUTHORIZED", 401, "A valid bearer token is required"
 
 
+class Forbidden(AppError):
+    code, status, title = "FORBIDDEN", 403, "This needs the operator role"
+
+
+class Conflict(AppError):
+    code, status, title = "CONFLICT", 409, "The resource is not in a state that allows this"
+
+
+class BrokerUnavailable(AppError):
+    code, status, title = "BROKER_UNAVAILABLE", 503, "RabbitMQ is unavailable; retry later"
+
+
 class NotFound(AppError):
     code, status, title = "NOT_FOUND", 404, "Not found"
 

@@ -43,6 +43,20 @@ class ApiSettings(GithubAccessSettings):
         default=20, ge=0, le=1000, description="TIL/2026-12-02.md, then -1 … -N, then 409"
     )
 
+    # Operator console (SPEC §2.6b, docs/operations.md)
+    admin_proxy_header: str = Field(
+        default="",
+        description="Header an auth proxy sets to the operator's name (e.g. X-Forwarded-User); "
+        "empty: only operator tokens. The proxy must strip it from client requests.",
+    )
+    rabbitmq_management_url: str = Field(
+        default="",
+        description="http://user:pass@host:15672 of the management API (queue depths, "
+        "consumers, unacked); empty: passive declares (depth and consumers only)",
+    )
+    sse_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
+    admin_bulk_limit: int = Field(default=10_000, ge=1, le=1_000_000)
+
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:
         if self.auth_jwt_jwks_url and self.auth_jwt_jwks_file:

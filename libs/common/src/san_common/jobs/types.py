@@ -17,9 +17,11 @@ class JobStatus(StrEnum):
     PROCESSING = "PROCESSING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"  # by an operator; terminal, never claimed by a worker
 
 
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.PROCESSING)
+TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 # Which worker consumes which job type (SPEC §2.1); separate pools so GitHub slowness
 # never starves AI jobs.

@@ -11,6 +11,13 @@ from san_common.models.github import (
     TilGithubCommit,
 )
 from san_common.models.jobs import AsyncJob, OutboxMessage
+from san_common.models.operations import (
+    AdminAudit,
+    AsyncJobEvent,
+    JobTypePause,
+    SweepRequest,
+    SweepRun,
+)
 from san_common.models.scraps import Scrap
 from san_common.models.til import (
     DailySummary,
@@ -21,7 +28,9 @@ from san_common.models.til import (
 from san_common.models.users import User
 
 __all__ = [
+    "AdminAudit",
     "AsyncJob",
+    "AsyncJobEvent",
     "Base",
     "Category",
     "DailySummary",
@@ -29,11 +38,14 @@ __all__ = [
     "GithubOAuthState",
     "GithubRepository",
     "GithubStarRecommendation",
+    "JobTypePause",
     "KnowledgeCard",
     "OutboxMessage",
     "RecallQuiz",
     "RecallQuizGeneration",
     "Scrap",
+    "SweepRequest",
+    "SweepRun",
     "Tag",
     "TilGithubCommit",
     "User",

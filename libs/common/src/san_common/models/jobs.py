@@ -28,6 +28,9 @@ class AsyncJob(Base):
         Index("ix_async_jobs_status_updated_at", "status", "updated_at"),
         Index("ix_async_jobs_target_id_job_type_created_at", "target_id", "job_type", "created_at"),
         Index("ix_async_jobs_user_id_job_type_status", "user_id", "job_type", "status"),
+        # the operator console's newest-first keyset pagination; retention's horizon scan
+        Index("ix_async_jobs_created_at_job_id", "created_at", "job_id"),
+        Index("ix_async_jobs_status_finished_at", "status", "finished_at"),
         CheckConstraint(
             "job_type IN (" + ", ".join(f"'{t.value}'" for t in JobType) + ")", name="job_type"
         ),

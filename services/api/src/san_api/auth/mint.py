@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from san_api.auth.tokens import mint
+from san_api.auth.tokens import OPERATOR_ROLE, mint
 from san_api.settings import ApiSettings
 from san_common import cli
 from san_common.settings import load_settings
@@ -12,6 +12,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = cli.parser("san-token", __doc__ or "", distribution="san-api")
     parser.add_argument("subject", nargs="?", default="local-user", help="the user's external id")
     parser.add_argument("--ttl-hours", type=float, default=24.0)
+    parser.add_argument(
+        "--operator", action="store_true", help="add `role: operator` (the /admin console)"
+    )
     args = parser.parse_args(argv)
     settings = load_settings(ApiSettings)
     ttl = int(args.ttl_hours * 3600)
@@ -20,7 +23,8 @@ def main(argv: list[str] | None = None) -> None:
             f"--ttl-hours must be positive and at most AUTH_JWT_MAX_LIFETIME_SECONDS "
             f"({settings.auth_jwt_max_lifetime_seconds} s): the API refuses longer tokens"
         )
-    print(mint(settings.auth_jwt_secret, args.subject, ttl))
+    role = OPERATOR_ROLE if args.operator else None
+    print(mint(settings.auth_jwt_secret, args.subject, ttl, role=role))
 
 
 if __name__ == "__main__":

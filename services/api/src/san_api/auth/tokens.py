@@ -16,15 +16,42 @@ from san_api.settings import ApiSettings
 
 ALGORITHM = "HS256"
 MAX_SUBJECT_LENGTH = 255
+# The operator console's role (SPEC §2.6b): `role: operator` or `roles: [..., "operator"]`.
+OPERATOR_ROLE = "operator"
 
 
 class InvalidToken(Exception):
     pass
 
 
-def mint(secret: str, subject: str, ttl_seconds: int = 24 * 3600) -> str:
+def mint(
+    secret: str, subject: str, ttl_seconds: int = 24 * 3600, *, role: str | None = None
+) -> str:
     now = int(time.time())
-    return jwt.encode({"sub": subject, "iat": now, "exp": now + ttl_seconds}, secret, ALGORITHM)
+    claims: dict[str, object] = {"sub": subject, "iat": now, "exp": now + ttl_seconds}
+    if role:
+        claims["role"] = role
+    return jwt.encode(claims, secret, ALGORITHM)
+
+
+@dataclass(frozen=True)
+class Claims:
+    subject: str
+    roles: frozenset[str]
+
+    @property
+    def operator(self) -> bool:
+        return OPERATOR_ROLE in self.roles
+
+
+def _roles(claims: dict[str, object]) -> frozenset[str]:
+    roles: set[str] = set()
+    role, listed = claims.get("role"), claims.get("roles")
+    if isinstance(role, str):
+        roles.add(role)
+    if isinstance(listed, list):
+        roles.update(r for r in listed if isinstance(r, str))
+    return frozenset(roles)
 
 
 @dataclass(frozen=True)
@@ -41,6 +68,10 @@ class TokenVerifier:
 
     async def verify(self, token: str) -> str:
         """The token's subject (the user's external id), or InvalidToken saying why."""
+        return (await self.verify_claims(token)).subject
+
+    async def verify_claims(self, token: str) -> Claims:
+        """The subject and the roles (`role` and/or `roles`), or InvalidToken saying why."""
         key: object = self.secret
         if self.jwks is not None:
             try:
@@ -77,7 +108,7 @@ class TokenVerifier:
         except jwt.InvalidTokenError as exc:
             raise InvalidToken("the token is not valid") from exc
         self._check_lifetime(claims)
-        return _subject(claims.get("sub"))
+        return Claims(_subject(claims.get("sub")), _roles(claims))
 
     def _check_lifetime(self, claims: dict[str, object]) -> None:
         exp, iat = claims.get("exp"), claims.get("iat")

@@ -1,0 +1,443 @@
+"""Queries of the operator console: jobs with filters and keyset pagination, counts, the
+outbox backlog, the audit log, pauses, sweep history, and the job-control updates."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_common.jobs.envelope import JobMessage
+from san_common.jobs.registration import JOBS_EXCHANGE
+from san_common.jobs.types import ACTIVE_STATUSES, JobStatus, JobType
+from san_common.models import (
+    AdminAudit,
+    AsyncJob,
+    AsyncJobEvent,
+    DailySummary,
+    JobTypePause,
+    OutboxMessage,
+    RecallQuizGeneration,
+    Scrap,
+    SweepRequest,
+    SweepRun,
+    TilGithubCommit,
+    User,
+)
+from san_common.tracing import current_trace_context
+
+_ACTIVE = [s.value for s in ACTIVE_STATUSES]
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    statuses: tuple[str, ...] = ()
+    job_types: tuple[str, ...] = ()
+    user: str | None = None  # the user's external id (what operators know) or its uuid
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+    finished_from: datetime | None = None
+    finished_to: datetime | None = None
+    error: str | None = None
+    job_id: uuid.UUID | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in self.__dict__.items():
+            if value in (None, ()):
+                continue
+            if isinstance(value, datetime | uuid.UUID):
+                out[key] = str(value)
+            elif isinstance(value, tuple):
+                out[key] = list(value)
+            else:
+                out[key] = value
+        return out
+
+
+def _conditions(f: JobFilter) -> list[ColumnElement[bool]]:
+    where: list[ColumnElement[bool]] = []
+    if f.job_id:
+        where.append(AsyncJob.job_id == f.job_id)
+    if f.statuses:
+        where.append(AsyncJob.status.in_(f.statuses))
+    if f.job_types:
+        where.append(AsyncJob.job_type.in_(f.job_types))
+    if f.user:
+        users = select(User.id).where(User.external_id == f.user)
+        try:
+            where.append(or_(AsyncJob.user_id == uuid.UUID(f.user), AsyncJob.user_id.in_(users)))
+        except ValueError:
+            where.append(AsyncJob.user_id.in_(users))
+    if f.created_from:
+        where.append(AsyncJob.created_at >= f.created_from)
+    if f.created_to:
+        where.append(AsyncJob.created_at < f.created_to)
+    if f.finished_from:
+        where.append(AsyncJob.finished_at >= f.finished_from)
+    if f.finished_to:
+        where.append(AsyncJob.finished_at < f.finished_to)
+    if f.error:
+        where.append(AsyncJob.error_message.icontains(f.error, autoescape=True))
+    return where
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job: AsyncJob
+    user_external_id: str | None
+
+
+def _with_user(*where: ColumnElement[bool]) -> Select[AsyncJob, str]:
+    return (
+        select(AsyncJob, User.external_id)
+        .outerjoin(User, User.id == AsyncJob.user_id)
+        .where(*where)
+    )
+
+
+async def list_jobs(
+    session: AsyncSession,
+    f: JobFilter,
+    *,
+    limit: int,
+    before: tuple[datetime, uuid.UUID] | None = None,
+) -> list[JobRow]:
+    """Newest first; `before` is the (created_at, job_id) of the last row of the previous
+    page (keyset pagination: stable while rows are added)."""
+    where = _conditions(f)
+    if before is not None:
+        where.append(tuple_(AsyncJob.created_at, AsyncJob.job_id) < tuple_(*before))
+    rows = await session.execute(
+        _with_user(*where).order_by(AsyncJob.created_at.desc(), AsyncJob.job_id.desc()).limit(limit)
+    )
+    return [JobRow(row[0], row[1]) for row in rows]
+
+
+async def count_jobs(session: AsyncSession, f: JobFilter) -> int:
+    return int(
+        await session.scalar(select(func.count()).select_from(AsyncJob).where(*_conditions(f))) or 0
+    )
+
+
+async def get_job(session: AsyncSession, job_id: uuid.UUID) -> JobRow | None:
+    row = (await session.execute(_with_user(AsyncJob.job_id == job_id))).first()
+    return None if row is None else JobRow(row[0], row[1])
+
+
+async def jobs_by_id(session: AsyncSession, ids: Sequence[uuid.UUID]) -> Sequence[AsyncJob]:
+    if not ids:
+        return []
+    return (await session.scalars(select(AsyncJob).where(AsyncJob.job_id.in_(ids)))).all()
+
+
+async def related_jobs(session: AsyncSession, job: AsyncJob, *, limit: int = 20) -> list[AsyncJob]:
+    rows = await session.scalars(
+        select(AsyncJob)
+        .where(AsyncJob.target_id == job.target_id, AsyncJob.job_id != job.job_id)
+        .order_by(AsyncJob.created_at.desc())
+        .limit(limit)
+    )
+    return list(rows)
+
+
+async def job_events(session: AsyncSession, job_id: uuid.UUID) -> Sequence[AsyncJobEvent]:
+    rows = await session.scalars(
+        select(AsyncJobEvent).where(AsyncJobEvent.job_id == job_id).order_by(AsyncJobEvent.id)
+    )
+    return rows.all()
+
+
+@dataclass(frozen=True)
+class TargetView:
+    table: str
+    exists: bool
+    status: str | None
+
+
+async def target_of(session: AsyncSession, job: AsyncJob) -> TargetView:
+    """The job's target row and, where it mirrors the job, its status."""
+    job_type = JobType(job.job_type)
+    mirrors: dict[JobType, Any] = {
+        JobType.TIL_GENERATION: DailySummary,
+        JobType.RECALL_QUIZ_GENERATION: RecallQuizGeneration,
+        JobType.TIL_GITHUB_COMMIT: TilGithubCommit,
+    }
+    if job_type in mirrors:
+        model = mirrors[job_type]
+        status = await session.scalar(select(model.status).where(model.id == job.target_id))
+        return TargetView(model.__tablename__, status is not None, status)
+    if job_type is JobType.GITHUB_STAR_RECOMMENDATION:
+        found = await session.scalar(select(User.id).where(User.id == job.target_id))
+        return TargetView(User.__tablename__, found is not None, None)
+    found = await session.scalar(select(Scrap.id).where(Scrap.id == job.target_id))
+    return TargetView(Scrap.__tablename__, found is not None, None)
+
+
+# -- counts, outbox ---------------------------------------------------------------------------
+
+
+async def totals(session: AsyncSession) -> list[tuple[str, str, int]]:
+    rows = await session.execute(
+        select(AsyncJob.job_type, AsyncJob.status, func.count())
+        .group_by(AsyncJob.job_type, AsyncJob.status)
+        .order_by(AsyncJob.job_type, AsyncJob.status)
+    )
+    return [(t, s, int(n)) for t, s, n in rows]
+
+
+async def buckets(
+    session: AsyncSession, *, since: datetime, bucket: str
+) -> list[tuple[datetime, str, str, int]]:
+    """Jobs by hour (or minute) of their last change, by type and status."""
+    at = func.date_trunc(bucket, AsyncJob.updated_at).label("at")
+    rows = await session.execute(
+        select(at, AsyncJob.job_type, AsyncJob.status, func.count())
+        .where(AsyncJob.updated_at >= since)
+        .group_by(at, AsyncJob.job_type, AsyncJob.status)
+        .order_by(at)
+    )
+    return [(a, t, s, int(n)) for a, t, s, n in rows]
+
+
+async def outbox_backlog(session: AsyncSession) -> tuple[int, datetime | None]:
+    row = (
+        await session.execute(
+            select(func.count(), func.min(OutboxMessage.created_at)).where(
+                OutboxMessage.published_at.is_(None)
+            )
+        )
+    ).one()
+    return int(row[0]), row[1]
+
+
+# -- audit ------------------------------------------------------------------------------------
+
+
+async def audit(
+    session: AsyncSession,
+    *,
+    actor: str,
+    action: str,
+    target: str | None = None,
+    filter: dict[str, Any] | None = None,
+    count: int = 0,
+    detail: dict[str, Any] | None = None,
+) -> int:
+    audit_id: int = await session.scalar(  # type: ignore[assignment]
+        insert(AdminAudit)
+        .values(
+            actor=actor, action=action, target=target, filter=filter, count=count, detail=detail
+        )
+        .returning(AdminAudit.id)
+    )
+    return audit_id
+
+
+async def set_audit_count(
+    session: AsyncSession, audit_id: int, count: int, detail: dict[str, Any] | None = None
+) -> None:
+    values: dict[str, Any] = {"count": count}
+    if detail is not None:
+        values["detail"] = detail
+    await session.execute(update(AdminAudit).where(AdminAudit.id == audit_id).values(**values))
+
+
+async def audit_log(
+    session: AsyncSession, *, limit: int, before: int | None = None
+) -> Sequence[AdminAudit]:
+    query = select(AdminAudit).order_by(AdminAudit.id.desc()).limit(limit)
+    if before is not None:
+        query = query.where(AdminAudit.id < before)
+    return (await session.scalars(query)).all()
+
+
+# -- job control ------------------------------------------------------------------------------
+
+
+def _no_other_active() -> ColumnElement[bool]:
+    other = AsyncJob.__table__.alias("other")
+    return ~(
+        select(literal(1))
+        .where(
+            other.c.target_id == AsyncJob.target_id,
+            other.c.job_type == AsyncJob.job_type,
+            other.c.status.in_(_ACTIVE),
+        )
+        .exists()
+    )
+
+
+async def has_other_active(session: AsyncSession, job: AsyncJob) -> bool:
+    found = await session.scalar(
+        select(func.count())
+        .select_from(AsyncJob)
+        .where(
+            AsyncJob.target_id == job.target_id,
+            AsyncJob.job_type == job.job_type,
+            AsyncJob.status.in_(_ACTIVE),
+        )
+    )
+    return bool(found)
+
+
+_AVAILABLE_AGAIN = {
+    "status": JobStatus.PENDING.value,
+    "error_message": None,
+    "started_at": None,
+    "finished_at": None,
+    "worker_id": None,
+    "lease_expires_at": None,
+    "updated_at": func.now(),
+}
+
+
+async def make_available_again(
+    session: AsyncSession, job_ids: Sequence[uuid.UUID]
+) -> list[AsyncJob]:
+    """FAILED → PENDING (same job ids) plus a new outbox message each; the caller holds a
+    savepoint, since a concurrent registration can still hit the unique index."""
+    if not job_ids:
+        return []
+    rows = await session.scalars(
+        update(AsyncJob)
+        .where(AsyncJob.job_id.in_(job_ids), AsyncJob.status == JobStatus.FAILED.value)
+        .values(**_AVAILABLE_AGAIN)
+        .returning(AsyncJob)
+    )
+    retried = list(rows)
+    now = datetime.now(UTC)
+    trace = current_trace_context()
+    messages = [
+        JobMessage(
+            message_id=uuid.uuid4(),
+            job_id=job.job_id,
+            job_type=JobType(job.job_type),
+            target_id=job.target_id,
+            user_id=job.user_id,
+            attempt=job.attempt,
+            created_at=now,
+            **trace,
+        )
+        for job in retried
+    ]
+    if messages:
+        await session.execute(
+            pg_insert(OutboxMessage),
+            [
+                {
+                    "message_id": m.message_id,
+                    "exchange": JOBS_EXCHANGE,
+                    "routing_key": m.job_type.value,
+                    "body": m.model_dump(mode="json"),
+                    "headers": {},
+                }
+                for m in messages
+            ],
+        )
+    return retried
+
+
+async def retryable_ids(session: AsyncSession, f: JobFilter, *, limit: int) -> list[uuid.UUID]:
+    """FAILED jobs matching `f` that are the newest FAILED one of their (target, type) and
+    whose (target, type) has no active job: retrying them all keeps the unique index."""
+    failed = JobFilter(**{**f.__dict__, "statuses": (JobStatus.FAILED.value,)})
+    newest = (
+        select(AsyncJob.job_id)
+        .where(*_conditions(failed), _no_other_active())
+        .ext(distinct_on(AsyncJob.target_id, AsyncJob.job_type))
+        .order_by(AsyncJob.target_id, AsyncJob.job_type, AsyncJob.created_at.desc())
+        .limit(limit)
+    )
+    return list((await session.scalars(newest)).all())
+
+
+async def cancel(session: AsyncSession, f: JobFilter, *, reason: str, limit: int) -> int:
+    """PENDING (including waiting-for-retry) → CANCELLED; a worker never claims it."""
+    pending = JobFilter(**{**f.__dict__, "statuses": (JobStatus.PENDING.value,)})
+    ids = (
+        select(AsyncJob.job_id)
+        .where(*_conditions(pending))
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    result = await session.execute(
+        update(AsyncJob)
+        .where(AsyncJob.job_id.in_(ids), AsyncJob.status == JobStatus.PENDING.value)
+        .values(
+            status=JobStatus.CANCELLED.value,
+            error_message=reason,
+            finished_at=func.now(),
+            updated_at=func.now(),
+            worker_id=None,
+            lease_expires_at=None,
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# -- pauses -----------------------------------------------------------------------------------
+
+
+async def paused(session: AsyncSession) -> Sequence[JobTypePause]:
+    return (await session.scalars(select(JobTypePause).order_by(JobTypePause.job_type))).all()
+
+
+async def pause(session: AsyncSession, job_type: JobType, by: str) -> bool:
+    created = await session.scalar(
+        pg_insert(JobTypePause)
+        .values(job_type=job_type.value, paused_by=by)
+        .on_conflict_do_nothing(index_elements=["job_type"])
+        .returning(JobTypePause.job_type)
+    )
+    return created is not None
+
+
+async def resume(session: AsyncSession, job_type: JobType) -> bool:
+    result = await session.execute(
+        delete(JobTypePause).where(JobTypePause.job_type == job_type.value)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+# -- sweeps -----------------------------------------------------------------------------------
+
+
+async def sweep_runs(session: AsyncSession, *, limit: int) -> Sequence[SweepRun]:
+    return (await session.scalars(select(SweepRun).order_by(SweepRun.id.desc()).limit(limit))).all()
+
+
+async def sweep_requests(session: AsyncSession, *, limit: int) -> Sequence[SweepRequest]:
+    return (
+        await session.scalars(select(SweepRequest).order_by(SweepRequest.id.desc()).limit(limit))
+    ).all()
+
+
+async def request_sweeps(session: AsyncSession, sweeps: Sequence[str], by: str) -> int:
+    request_id: int = await session.scalar(  # type: ignore[assignment]
+        insert(SweepRequest).values(sweeps=list(sweeps), requested_by=by).returning(SweepRequest.id)
+    )
+    return request_id
+
+
+def since(hours: float) -> datetime:
+    return datetime.now(UTC) - timedelta(hours=hours)

@@ -1,0 +1,217 @@
+"""Wire models of the admin API (camelCase, like the rest of the API)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from san_common.jobs.types import JobStatus, JobType
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdminJob(Wire):
+    jobId: uuid.UUID
+    jobType: str
+    status: str
+    targetId: uuid.UUID
+    userId: uuid.UUID
+    user: str | None = Field(description="the owner's external id (the token's `sub`)")
+    attempt: int
+    errorMessage: str | None = Field(description="the full cause chain (operators only)")
+    createdAt: datetime
+    updatedAt: datetime
+    startedAt: datetime | None
+    finishedAt: datetime | None
+    workerId: str | None
+    leaseExpiresAt: datetime | None
+
+
+class JobPage(Wire):
+    items: list[AdminJob]
+    nextCursor: str | None
+
+
+class JobEventView(Wire):
+    id: int
+    status: str
+    at: datetime
+
+
+class TargetRow(Wire):
+    table: str
+    exists: bool
+    status: str | None
+
+
+class JobDetail(Wire):
+    job: AdminJob
+    events: list[JobEventView] = Field(description="every status change, oldest first")
+    tries: list[dict[str, Any]] = Field(description="each try (worker, times, outcome, error)")
+    target: TargetRow
+    related: list[AdminJob] = Field(description="other jobs of the same target, newest first")
+
+
+class JobFilterIn(Wire):
+    status: list[JobStatus] = Field(default_factory=list, max_length=10)
+    type: list[JobType] = Field(default_factory=list, max_length=10)
+    user: str | None = Field(default=None, min_length=1, max_length=255)
+    createdFrom: datetime | None = None
+    createdTo: datetime | None = None
+    finishedFrom: datetime | None = None
+    finishedTo: datetime | None = None
+    error: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class JobListQuery(JobFilterIn):
+    cursor: str | None = Field(default=None, max_length=200)
+    limit: int = Field(default=50, ge=1, le=200)
+
+
+class BulkIn(Wire):
+    action: Literal["retry", "cancel"]
+    filter: JobFilterIn = Field(default_factory=JobFilterIn)
+
+
+class BulkPreview(Wire):
+    action: str
+    count: int
+    limit: int
+
+
+class BulkResult(Wire):
+    action: str
+    count: int = Field(description="jobs retried or cancelled")
+    matched: int = Field(description="jobs the filter matched before the action")
+    auditId: int
+
+
+class CountCell(Wire):
+    jobType: str
+    status: str
+    count: int
+
+
+class BucketCell(CountCell):
+    at: datetime
+
+
+class Stats(Wire):
+    totals: list[CountCell]
+    buckets: list[BucketCell]
+    bucket: str
+    since: datetime
+
+
+class OutboxView(Wire):
+    unpublished: int
+    oldestAgeSeconds: float | None
+
+
+class QueueView(Wire):
+    name: str
+    jobType: str | None
+    messages: int
+    consumers: int
+    unacked: int | None = Field(description="null when only passive declares are available")
+    paused: bool
+
+
+class QueuesView(Wire):
+    source: Literal["management", "passive"]
+    queues: list[QueueView]
+
+
+class DeadLetterView(Wire):
+    messageId: str | None
+    jobId: str | None
+    jobType: str | None
+    reason: str | None = Field(description="why RabbitMQ dead-lettered it (x-death)")
+    queue: str | None
+    deaths: int
+    deadLetteredAt: datetime | None
+    jobStatus: str | None
+    jobError: str | None = Field(description="the job's recorded error, if its job is known")
+    body: str = Field(description="the message body (first 2,000 characters)")
+
+
+class DeadLettersView(Wire):
+    total: int
+    items: list[DeadLetterView]
+
+
+class DeadLetterAction(Wire):
+    messageId: str | None = Field(default=None, min_length=1, max_length=200)
+    jobType: JobType | None = None
+    all: bool = False
+
+
+class DeadLetterResult(Wire):
+    action: str
+    count: int
+    auditId: int
+
+
+class PauseView(Wire):
+    jobType: str
+    pausedBy: str
+    pausedAt: datetime
+
+
+class JobTypeView(Wire):
+    jobType: str
+    paused: bool
+    pausedBy: str | None
+    pausedAt: datetime | None
+
+
+class SweepRunView(Wire):
+    id: int
+    sweep: str
+    trigger: str
+    status: str
+    startedAt: datetime
+    finishedAt: datetime
+    batches: int
+    totals: dict[str, Any]
+    error: str | None
+
+
+class SweepRequestView(Wire):
+    id: int
+    sweeps: list[str]
+    requestedBy: str
+    requestedAt: datetime
+    startedAt: datetime | None
+    finishedAt: datetime | None
+    ok: bool | None
+
+
+class SweepsView(Wire):
+    runs: list[SweepRunView]
+    requests: list[SweepRequestView]
+
+
+class SweepRunIn(Wire):
+    sweeps: list[str] = Field(min_length=1, max_length=10)
+
+
+class AuditView(Wire):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str | None
+    filter: dict[str, Any] | None
+    count: int
+    detail: dict[str, Any] | None
+
+
+class AuditPage(Wire):
+    items: list[AuditView]
+    nextCursor: int | None

@@ -1,0 +1,99 @@
+"""One LISTEN connection per API process for `san_job_events`, fanned out in memory.
+
+Subscribers are woken, never handed the payload: each re-reads the job's event log from
+its last event id, so a notification lost while the connection was down (the hub wakes
+everyone when it comes back) or two changes in one wake-up lose nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from san_common.db.engine import plain_url
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "san_job_events"
+ALL_JOBS: None = None  # subscribe to every job's changes (the operator console)
+_RECONNECT_SECONDS = 1.0
+
+
+@dataclass(eq=False)
+class Subscription:
+    job_id: uuid.UUID | None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class JobEventHub:
+    def __init__(self, database_url: str) -> None:
+        self._url = plain_url(database_url)
+        self._subscribers: dict[uuid.UUID | None, set[Subscription]] = {}
+        self._connection: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._keeper: asyncio.Task[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, job_id: uuid.UUID | None) -> AsyncIterator[Subscription]:
+        """Register first, then the caller reads the log: nothing falls in between."""
+        subscription = Subscription(job_id)
+        self._subscribers.setdefault(job_id, set()).add(subscription)
+        try:
+            await self._ensure_listening()
+            yield subscription
+        finally:
+            group = self._subscribers.get(job_id)
+            if group is not None:
+                group.discard(subscription)
+                if not group:
+                    del self._subscribers[job_id]
+
+    async def _ensure_listening(self) -> None:
+        async with self._lock:
+            if self._connection is not None and not self._connection.is_closed():
+                return
+            connection = await asyncpg.connect(self._url)
+            await connection.add_listener(CHANNEL, self._on_notify)
+            connection.add_termination_listener(self._on_lost)
+            self._connection = connection
+        self._wake_all()  # anything missed while not listening is in the log
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            job_id = uuid.UUID(payload.split(":", 1)[0])
+        except ValueError:
+            return
+        for key in (job_id, ALL_JOBS):
+            for subscription in self._subscribers.get(key, ()):
+                subscription.wake.set()
+
+    def _on_lost(self, _conn: object) -> None:
+        log.warning("job-events LISTEN connection lost; listening again")
+        self._wake_all()
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        while self._subscribers:
+            try:
+                await self._ensure_listening()
+                return
+            except (OSError, asyncpg.PostgresError):
+                await asyncio.sleep(_RECONNECT_SECONDS)
+
+    def _wake_all(self) -> None:
+        for group in self._subscribers.values():
+            for subscription in group:
+                subscription.wake.set()
+
+    async def aclose(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+        if self._connection is not None and not self._connection.is_closed():
+            await self._connection.close()

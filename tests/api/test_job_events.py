@@ -1,0 +1,120 @@
+"""Acceptance 6: `GET /async-jobs/{id}/events` streams PENDING → PROCESSING → COMPLETED to
+the job's owner (fed by LISTEN/NOTIFY), 404 to anyone else, and a client reconnecting with
+`Last-Event-ID` misses nothing. Served by uvicorn: SSE needs a real streaming server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import update
+
+from san_api.app import create_app
+from san_common.models import AsyncJob
+from tests.admin.support import Sessions, insert_jobs, new_user, user_headers
+from tests.api.support import assert_problem, over_http
+from tests.conftest import api_settings
+
+WITHIN = 30.0
+
+
+@pytest.fixture
+async def base_url(db_url: str, amqp_url: str) -> AsyncIterator[str]:
+    async with over_http(create_app(api_settings(db_url, amqp_url))) as url:
+        yield url
+
+
+async def set_status(sessions: Sessions, job_id: uuid.UUID, status: str) -> None:
+    async with sessions() as session, session.begin():
+        await session.execute(
+            update(AsyncJob).where(AsyncJob.job_id == job_id).values(status=status)
+        )
+
+
+async def read_events(lines: AsyncIterator[str], count: int) -> list[dict[str, Any]]:
+    """The next `count` events (id + data) from an open stream's lines; comments skipped."""
+    events: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    async with asyncio.timeout(WITHIN):
+        while len(events) < count:
+            line = await anext(lines)
+            if line.startswith("id: "):
+                current["id"] = line[4:]
+            elif line.startswith("data: "):
+                current["data"] = json.loads(line[6:])
+            elif line == "" and "data" in current:
+                events.append(current)
+                current = {}
+    return events
+
+
+async def test_owner_sees_every_status_change_and_the_stream_ends(
+    base_url: str, sessions: Sessions
+) -> None:
+    user_id, external = await new_user(sessions)
+    [job_id] = await insert_jobs(sessions, user_id, status="PENDING")
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=WITHIN) as client,
+        client.stream("GET", f"/async-jobs/{job_id}/events", headers=user_headers(external)) as r,
+    ):
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = r.aiter_lines()
+        [pending] = await read_events(lines, 1)
+        assert pending["data"]["status"] == "PENDING"
+        await set_status(sessions, job_id, "PROCESSING")
+        [processing] = await read_events(lines, 1)
+        await set_status(sessions, job_id, "COMPLETED")
+        [completed] = await read_events(lines, 1)
+        assert [processing["data"]["status"], completed["data"]["status"]] == [
+            "PROCESSING",
+            "COMPLETED",
+        ]
+        assert int(pending["id"]) < int(processing["id"]) < int(completed["id"])
+        rest = [line async for line in lines]  # final: the server ends the stream
+        assert not any(line.startswith("data:") for line in rest)
+
+
+async def test_reconnecting_with_last_event_id_misses_nothing(
+    base_url: str, sessions: Sessions
+) -> None:
+    user_id, external = await new_user(sessions)
+    [job_id] = await insert_jobs(sessions, user_id, status="PENDING")
+    headers = user_headers(external)
+    url = f"/async-jobs/{job_id}/events"
+    async with httpx.AsyncClient(base_url=base_url, timeout=WITHIN) as client:
+        async with client.stream("GET", url, headers=headers) as r:
+            lines = r.aiter_lines()
+            [first] = await read_events(lines, 1)
+        # disconnected: changes happen meanwhile
+        await set_status(sessions, job_id, "PROCESSING")
+        await set_status(sessions, job_id, "COMPLETED")
+        resumed = {**headers, "Last-Event-ID": first["id"]}
+        async with client.stream("GET", url, headers=resumed) as r:
+            lines = r.aiter_lines()
+            events = await read_events(lines, 2)
+        assert [e["data"]["status"] for e in events] == ["PROCESSING", "COMPLETED"]
+        # seen everything of a final job: 204 tells EventSource to stop reconnecting
+        done = await client.get(url, headers={**headers, "Last-Event-ID": events[-1]["id"]})
+        assert done.status_code == 204
+
+
+async def test_anyone_else_gets_404_and_bad_input_400(base_url: str, sessions: Sessions) -> None:
+    user_id, _ = await new_user(sessions)
+    _, stranger = await new_user(sessions)
+    [job_id] = await insert_jobs(sessions, user_id, status="PENDING")
+    async with httpx.AsyncClient(base_url=base_url, timeout=WITHIN) as client:
+        url = f"/async-jobs/{job_id}/events"
+        assert_problem(await client.get(url, headers=user_headers(stranger)), 404, "NOT_FOUND")
+        assert_problem(await client.get(url), 401, "UNAUTHORIZED")
+        for bad in ("abc", "-1", "99999999999999999999"):
+            response = await client.get(
+                url, headers={**user_headers(stranger), "Last-Event-ID": bad}
+            )
+            assert_problem(response, 400, "VALIDATION_ERROR")
+        response = await client.get("/async-jobs/nope/events", headers=user_headers(stranger))
+        assert_problem(response, 400, "VALIDATION_ERROR")
