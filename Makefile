@@ -6,13 +6,14 @@ PYTEST_ARGS ?=
 # Trust the system certificate store (corporate proxies and mirrors put their CA there).
 export UV_SYSTEM_CERTS ?= 1
 
-.PHONY: help setup run test token lint typecheck bench clean
+.PHONY: help setup run test token lint typecheck bench mutants clean
 
 help:
 	@echo "make run    - embedded PostgreSQL + RabbitMQ + every service, logs here, Ctrl-C stops"
 	@echo "make test   - install and run the whole test suite"
 	@echo "make token  - mint a bearer token for local use (SUBJECT=local-user)"
 	@echo "make lint / typecheck / bench"
+	@echo "make mutants - break each lease/fencing guarantee in a copy, check the suite turns red"
 
 $(TOOLS)/bin/uv:
 	python3 -m venv $(TOOLS)
@@ -36,6 +37,10 @@ lint: setup
 
 typecheck: setup
 	$(UV) run --frozen mypy libs/common/src services/*/src
+
+# Not part of `make test`: each mutation re-runs its catching tests in a mutated copy.
+mutants: setup
+	$(UV) run --frozen python -m tests.faults.mutations $(MUTANTS_ARGS)
 
 bench: setup
 	$(UV) run --frozen pytest -m benchmark $(PYTEST_ARGS) benchmarks

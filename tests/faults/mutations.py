@@ -1,0 +1,339 @@
+"""Mutation runner for issue 9's acceptance 4: each mutation below breaks one guarantee of
+the job runtime; the suite must turn red for each. The runner copies the working tree
+(tracked and untracked, not ignored files) to a temporary directory, applies one mutation
+there, runs the tests named as its catchers with that copy first on `sys.path`, and reports
+caught / survived. The checkout itself is never touched.
+
+    make mutants                                  # or: uv run python -m tests.faults.mutations
+    uv run python -m tests.faults.mutations --only fencing --keep
+
+A mutation whose original text is no longer in the code is reported `stale` (the code
+moved on: update the mutation), never silently skipped. Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+REPO = "libs/common/src/san_common/jobs/repository.py"
+STORE = "libs/common/src/san_common/worker/store.py"
+EXECUTOR = "libs/common/src/san_common/worker/executor.py"
+TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
+RELAY = "services/relay/src/san_relay/relay.py"
+LEASES = "tests/faults/test_leases.py"
+GUARDS = "tests/faults/test_guards.py"
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    edits: tuple[Edit, ...]
+    catchers: tuple[str, ...]  # pytest node ids
+
+
+MUTATIONS = (
+    Mutation(
+        "fencing",
+        "fencing removed from the owned update (`_owned` no longer matches the try)",
+        (
+            Edit(
+                REPO,
+                "        AsyncJob.status == _PROCESSING,\n        AsyncJob.tries == try_no,\n",
+                "        AsyncJob.status == _PROCESSING,\n",
+            ),
+        ),
+        (
+            f"{LEASES}::test_a_taken_over_try_changes_nothing_with_any_of_its_writes",
+            f"{LEASES}::test_a_late_result_is_rolled_back_and_the_new_try_keeps_the_job",
+        ),
+    ),
+    Mutation(
+        "complete-result-ignored",
+        "`complete()`'s result ignored (a fenced-out try's store is committed)",
+        (
+            Edit(
+                STORE,
+                "if not await jobs.complete(session, claim.job.job_id, claim.try_no):\n"
+                "                    raise _LeaseLost\n",
+                "await jobs.complete(session, claim.job.job_id, claim.try_no)\n",
+            ),
+        ),
+        (f"{LEASES}::test_a_late_result_is_rolled_back_and_the_new_try_keeps_the_job",),
+    ),
+    Mutation(
+        "takeover-removed",
+        "expired-lease takeover removed from the claim",
+        (
+            Edit(
+                REPO,
+                "    takeover = processing & (AsyncJob.lease_expires_at < _NOW)\n",
+                "    takeover = processing & (AsyncJob.lease_expires_at < _NOW"
+                " - timedelta(days=36500))\n",
+            ),
+        ),
+        (f"{LEASES}::test_a_taken_over_try_changes_nothing_with_any_of_its_writes",),
+    ),
+    Mutation(
+        "rescuer-removed",
+        "the lease rescuer finds no expired lease",
+        (
+            Edit(
+                REPO,
+                ".where(AsyncJob.status == _PROCESSING, AsyncJob.lease_expires_at < _NOW)",
+                ".where(AsyncJob.status == _PROCESSING, AsyncJob.lease_expires_at < _NOW"
+                " - timedelta(days=36500))",
+            ),
+        ),
+        (f"{LEASES}::test_the_rescuer_makes_expired_jobs_claimable_under_the_same_id",),
+    ),
+    Mutation(
+        "heartbeat-noop",
+        "heartbeat made a no-op (the lease is never renewed)",
+        (
+            Edit(
+                EXECUTOR,
+                "                if not await self._store.extend(claim, self._lease):\n",
+                "                if False:\n",
+            ),
+        ),
+        (f"{LEASES}::test_the_heartbeat_keeps_a_long_job_s_lease",),
+    ),
+    Mutation(
+        "completed-claimable",
+        "a COMPLETED job claimable again (duplicate delivered after the first completed)",
+        (
+            Edit(
+                REPO,
+                "        .where(AsyncJob.job_id == job_id, or_(due, takeover))\n",
+                "        .where(AsyncJob.job_id == job_id, or_(due, takeover,"
+                " AsyncJob.status == JobStatus.COMPLETED.value))\n",
+            ),
+        ),
+        (f"{LEASES}::test_a_duplicate_delivered_after_completion_is_skipped",),
+    ),
+    Mutation(
+        "relay-no-confirms",
+        "relay channel without publisher confirms",
+        (
+            Edit(
+                RELAY,
+                "connection.channel(publisher_confirms=True, on_return_raises=True)",
+                "connection.channel(publisher_confirms=False)",
+            ),
+        ),
+        (f"{GUARDS}::test_the_running_relay_never_marks_a_message_the_broker_did_not_confirm",),
+    ),
+    Mutation(
+        "index-pending-only",
+        "the partial unique index narrowed to PENDING only (migration, model, registration)",
+        (
+            Edit(
+                "libs/common/src/san_common/db/migrations/versions/0001_initial.py",
+                "WHERE status IN ('PENDING', 'PROCESSING')\"",
+                "WHERE status IN ('PENDING')\"",
+            ),
+            Edit(
+                "libs/common/src/san_common/models/jobs.py",
+                '_ACTIVE = ", ".join(f"\'{s.value}\'" for s in ACTIVE_STATUSES)',
+                "_ACTIVE = \"'PENDING'\"",
+            ),
+            Edit(
+                "libs/common/src/san_common/jobs/registration.py",
+                "index_where=text(\"status IN ('PENDING', 'PROCESSING')\")",
+                "index_where=text(\"status IN ('PENDING')\")",
+            ),
+        ),
+        (
+            "tests/test_migrations.py::test_upgrade_downgrade_round_trip_and_models_match",
+            f"{GUARDS}::test_a_processing_job_still_blocks_a_second_active_job_for_its_target",
+        ),
+    ),
+    Mutation(
+        "envelope-version-unchecked",
+        "envelope-version check removed",
+        (
+            Edit(
+                EXECUTOR,
+                "        if envelope.version != ENVELOPE_VERSION:\n",
+                "        if False:\n",
+            ),
+        ),
+        (f"{LEASES}::test_an_envelope_of_an_unknown_version_is_dead_lettered_and_not_run",),
+    ),
+    Mutation(
+        "no-delivery-limit",
+        "delivery limit removed from the job queues",
+        (Edit(TOPOLOGY, '        "x-delivery-limit": DELIVERY_LIMIT,\n', ""),),
+        (f"{GUARDS}::test_a_message_requeued_past_the_delivery_limit_is_dead_lettered",),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    mutation: Mutation
+    verdict: str  # caught | survived | stale | error
+    seconds: float
+    detail: str = ""
+    failed: tuple[str, ...] = ()  # the catchers that turned red
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=source,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for raw in filter(None, listed):
+        relative = raw.decode()
+        origin = source / relative
+        if not origin.is_file():
+            continue  # deleted in the working tree
+        destination = target / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(origin, destination)
+
+
+def apply(mutation: Mutation, tree: Path) -> str | None:
+    """Apply every edit; the reason it cannot be applied, or None."""
+    for edit in mutation.edits:
+        path = tree / edit.path
+        source = path.read_text() if path.exists() else ""
+        count = source.count(edit.old)
+        if count != 1:
+            return f"{edit.path}: original text found {count} times"
+        path.write_text(source.replace(edit.old, edit.new))
+    return None
+
+
+def pytest_env(tree: Path) -> dict[str, str]:
+    sources = [tree / "libs/common/src", *sorted((tree / "services").glob("*/src"))]
+    # Ahead of the editable installs, so the copy's (mutated) packages are the ones imported,
+    # by the tests and by every service process they start.
+    path = os.pathsep.join(str(s) for s in sources)
+    previous = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": path + (os.pathsep + previous if previous else "")}
+
+
+def run_tests(tree: Path, node_ids: tuple[str, ...], log: Path) -> int:
+    with log.open("w") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *node_ids],
+            cwd=tree,
+            env=pytest_env(tree),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        ).returncode
+
+
+def run_one(mutation: Mutation, workdir: Path) -> Result:
+    started = time.monotonic()
+    tree = workdir / mutation.name
+    copy_tree(ROOT, tree)
+    if (problem := apply(mutation, tree)) is not None:
+        return Result(mutation, "stale", time.monotonic() - started, problem)
+    log = workdir / f"{mutation.name}.log"
+    code = run_tests(tree, mutation.catchers, log)
+    elapsed = time.monotonic() - started
+    if code == 1:
+        failed = _failures(log)
+        return Result(mutation, "caught", elapsed, f"{len(failed)} red", failed)
+    if code == 0:
+        return Result(mutation, "survived", elapsed)
+    return Result(mutation, "error", elapsed, f"pytest exit {code}, see {log}")
+
+
+def baseline(workdir: Path) -> int:
+    """Every catcher passes on the unmutated tree (else 'caught' would mean nothing)."""
+    tree = workdir / "baseline"
+    copy_tree(ROOT, tree)
+    catchers = tuple(dict.fromkeys(c for m in MUTATIONS for c in m.catchers))
+    return run_tests(tree, catchers, workdir / "baseline.log")
+
+
+def _failures(log: Path) -> tuple[str, ...]:
+    """Node ids of the failed tests, from pytest's short summary."""
+    failed = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            failed.append(line.split(" ", 1)[1].split(" - ")[0].strip())
+    return tuple(failed)
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        "| mutation | catching tests (✗ = turned red) | result |",
+        "|---|---|---|",
+    ]
+    for r in results:
+        # Each catcher, marked with whether it turned red under this mutation.
+        catchers = "<br>".join(
+            f"`{c.split('::')[-1]}`" + (" ✗" if c in r.failed else "") for c in r.mutation.catchers
+        )
+        lines.append(f"| {r.mutation.what} | {catchers} | {r.verdict} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.mutations")
+    parser.add_argument("--only", action="append", help="run only this mutation (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--keep", action="store_true", help="keep the mutated copies and logs")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:28} {m.what}")
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="san-mutants-"))
+    try:
+        if not args.no_baseline:
+            code = baseline(workdir)
+            if code != 0:
+                print(f"baseline failed (pytest exit {code}): see {workdir}/baseline.log")
+                args.keep = True
+                return 2
+            print("baseline: every catching test passes unmutated")
+        results = []
+        for mutation in chosen:
+            result = run_one(mutation, workdir)
+            results.append(result)
+            print(f"{result.verdict:9} {mutation.name:28} {result.seconds:5.1f}s {result.detail}")
+            if not args.keep:
+                shutil.rmtree(workdir / mutation.name, ignore_errors=True)
+        print()
+        print(table(results))
+        if any(r.verdict != "caught" for r in results):
+            args.keep = True
+            return 1
+        return 0
+    finally:
+        if args.keep:
+            print(f"\nmutated copies and logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
