@@ -132,7 +132,14 @@ def api_settings(db_url: str, amqp_url: str, **overrides: object) -> ApiSettings
         amqp_url=amqp_url,
         auth_jwt_secret=JWT_SECRET,
         san_env="test",
-        **{"token_encryption_keys": TOKEN_KEYS, **overrides},  # type: ignore[arg-type]
+        # the limits have tests of their own (tests/api/test_limits.py); elsewhere they would
+        # only make bursts of test requests fail
+        **{  # type: ignore[arg-type]
+            "token_encryption_keys": TOKEN_KEYS,
+            "rate_limit_jobs_burst": 100_000,
+            "active_jobs_max_per_user": 100_000,
+            **overrides,
+        },
     )
 
 

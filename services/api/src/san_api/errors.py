@@ -30,9 +30,12 @@ class AppError(Exception):
     # session dependency reads it); False, the default: the request writes nothing.
     keep_writes = False
 
-    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+    def __init__(
+        self, detail: str | None = None, *, headers: Mapping[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(detail or self.title)
         self.detail = detail or self.title
+        self.headers = dict(headers or {})
         self.extra = extra
 
 
@@ -66,6 +69,18 @@ class DuplicateResource(AppError):
 
 class ContentTooLarge(AppError):
     code, status, title = "CONTENT_TOO_LARGE", 413, "The content is too large"
+
+
+class RateLimited(AppError):
+    code, status, title = "RATE_LIMITED", 429, "Too many requests; retry after the given time"
+
+
+class TooManyActiveJobs(AppError):
+    code, status, title = (
+        "TOO_MANY_ACTIVE_JOBS",
+        429,
+        "Too many of your jobs are still pending or running; retry when some have finished",
+    )
 
 
 class DateInFuture(AppError):
@@ -212,7 +227,9 @@ def _describe(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(request: Request, exc: AppError) -> JSONResponse:
-        return problem(request, exc.status, exc.code, exc.title, exc.detail, **exc.extra)
+        return problem(
+            request, exc.status, exc.code, exc.title, exc.detail, headers=exc.headers, **exc.extra
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

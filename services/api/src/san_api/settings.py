@@ -28,6 +28,16 @@ class ApiSettings(GithubAccessSettings):
     )
     scrap_max_bytes: int = Field(default=100_000, ge=1, description="Normalized scrap size limit")
     request_max_bytes: int = Field(default=1_000_000, ge=1024, description="Any request body")
+    # Job-creating endpoints (docs/security.md, "Rate limits and quotas")
+    rate_limit_enabled: bool = True
+    rate_limit_jobs_per_minute: float = Field(
+        default=30, ge=0, description="Bucket refill per user and endpoint"
+    )
+    rate_limit_jobs_burst: int = Field(default=10, ge=1, description="Bucket size")
+    active_jobs_max_per_user: int = Field(
+        default=50, ge=1, description="PENDING/PROCESSING jobs one user may have"
+    )
+    active_jobs_retry_after_seconds: int = Field(default=30, ge=1)
     similar_cards_threshold: float = Field(default=0.5, ge=0, le=2)
     similar_cards_k: int = Field(default=10, ge=1, le=100)
     # GitHub (SPEC §4, §8)

@@ -18,6 +18,7 @@ from san_common.models.operations import (
     SweepRequest,
     SweepRun,
 )
+from san_common.models.rate_limits import RateLimitBucket
 from san_common.models.scraps import Scrap
 from san_common.models.til import (
     DailySummary,
@@ -41,6 +42,7 @@ __all__ = [
     "JobTypePause",
     "KnowledgeCard",
     "OutboxMessage",
+    "RateLimitBucket",
     "RecallQuiz",
     "RecallQuizGeneration",
     "Scrap",

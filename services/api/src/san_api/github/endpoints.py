@@ -24,6 +24,7 @@ from san_api.github.schemas import (
     StarRecommendationList,
     StarRecommendationView,
 )
+from san_api.limits.dependencies import job_limits
 from san_common.models import GithubAccount, GithubRepository, TilGithubCommit
 
 router = APIRouter(tags=["github"])
@@ -113,6 +114,7 @@ async def disconnect_repository(
     "/til/{summaryId}/github-commits",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=CommitAccepted,
+    dependencies=job_limits("github-commits"),
 )
 async def commit_til(
     summaryId: uuid.UUID,
@@ -145,6 +147,7 @@ async def list_til_commits(
     "/github-star-recommendations",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=StarJobAccepted,
+    dependencies=job_limits("github-star-recommendations"),
 )
 async def request_star_recommendations(user: CurrentUser, session: SessionDep) -> StarJobAccepted:
     """Recommend repositories from the user's GitHub stars (an async job)."""

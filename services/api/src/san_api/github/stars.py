@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,9 +35,9 @@ async def request_recommendations(session: AsyncSession, user_id: uuid.UUID) -> 
         )
     except DuplicateActiveJob:
         active = await jobs.find_active(session, user_id, JobType.GITHUB_STAR_RECOMMENDATION)
+        extra: dict[str, Any] = {"jobId": str(active.job_id)} if active else {}
         raise errors.DuplicateResource(
-            "a star recommendation is already in progress",
-            **({"jobId": str(active.job_id)} if active else {}),
+            "a star recommendation is already in progress", **extra
         ) from None
     return job.job_id
 

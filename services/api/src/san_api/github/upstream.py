@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from san_api import errors
 from san_common.github import (
@@ -30,9 +31,10 @@ def github_errors(*, not_found: errors.AppError | None = None) -> Iterator[None]
     except GithubNotFound as exc:
         raise (not_found or errors.GithubFailed(str(exc))) from None
     except GithubTransientError as exc:
-        extra = {}
-        if exc.retry_after is not None:
-            extra["retryAfterSeconds"] = math.ceil(exc.retry_after)
-        raise errors.GithubUnavailable(str(exc), **extra) from None
+        wait = math.ceil(exc.retry_after) if exc.retry_after is not None else None
+        extra: dict[str, Any] = {} if wait is None else {"retryAfterSeconds": wait}
+        raise errors.GithubUnavailable(
+            str(exc), headers={"Retry-After": str(wait or 30)}, **extra
+        ) from None
     except GithubPermanentError as exc:
         raise errors.GithubFailed(str(exc)) from None

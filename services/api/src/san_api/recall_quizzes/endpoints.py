@@ -5,6 +5,7 @@ import uuid
 from fastapi import APIRouter, status
 
 from san_api.deps import CurrentUser, SessionDep
+from san_api.limits.dependencies import job_limits
 from san_api.recall_quizzes import service
 from san_api.recall_quizzes.schemas import (
     RecallQuizAccepted,
@@ -16,7 +17,10 @@ router = APIRouter(tags=["recall quizzes"])
 
 
 @router.post(
-    "/recall-quizzes", status_code=status.HTTP_202_ACCEPTED, response_model=RecallQuizAccepted
+    "/recall-quizzes",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RecallQuizAccepted,
+    dependencies=job_limits("recall-quizzes"),
 )
 async def create_recall_quizzes(
     body: RecallQuizCreate, user: CurrentUser, session: SessionDep

@@ -3,13 +3,19 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from san_api.deps import CurrentUser, SessionDep, SettingsDep
+from san_api.limits.dependencies import job_limits
 from san_api.scraps import service
 from san_api.scraps.schemas import ScrapAccepted, ScrapCreate
 
 router = APIRouter(tags=["scraps"])
 
 
-@router.post("/scraps", status_code=status.HTTP_202_ACCEPTED, response_model=ScrapAccepted)
+@router.post(
+    "/scraps",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ScrapAccepted,
+    dependencies=job_limits("scraps", jobs=2),
+)
 async def create_scrap(
     body: ScrapCreate, user: CurrentUser, session: SessionDep, settings: SettingsDep
 ) -> ScrapAccepted:

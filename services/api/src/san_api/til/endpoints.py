@@ -7,13 +7,19 @@ from fastapi import APIRouter, Query, status
 
 from san_api.cards.service import NeighbourRule
 from san_api.deps import CurrentUser, SessionDep, SettingsDep
+from san_api.limits.dependencies import job_limits
 from san_api.til import service
 from san_api.til.schemas import IsoDate, RecallCards, Til, TilAccepted, TilCreate, TilPage
 
 router = APIRouter(tags=["til"])
 
 
-@router.post("/til", status_code=status.HTTP_202_ACCEPTED, response_model=TilAccepted)
+@router.post(
+    "/til",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TilAccepted,
+    dependencies=job_limits("til"),
+)
 async def create_til(body: TilCreate, user: CurrentUser, session: SessionDep) -> TilAccepted:
     """Generate (or regenerate) the TIL of a day that has cards; 409 while any TIL of the
     user is being generated."""
