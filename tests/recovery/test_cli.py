@@ -107,15 +107,19 @@ async def test_two_overlapping_runs_register_each_job_once(
         report = json.loads(out)
         assert report["ok"] is True
         assert [s["sweep"] for s in report["sweeps"]] == [
-            "ghost", "failed", "orphans", "unrefined", "daily-til",
+            "ghost", "failed", "orphans", "unrefined", "daily-til", "retention",
         ]  # fmt: skip
         for sweep in report["sweeps"]:
             assert sweep["status"] in ("done", "locked")
-            assert set(sweep["totals"]) == {"found", "registered", "given_up", "skipped", "errors"}
+            assert set(sweep["totals"]) == {
+                "found", "registered", "given_up", "skipped", "errors", "pruned",
+            }  # fmt: skip
             registered[sweep["sweep"]] = (
                 registered.get(sweep["sweep"], 0) + sweep["totals"]["registered"]
             )
-    assert registered == {"ghost": 10, "failed": 10, "orphans": 0, "unrefined": 15, "daily-til": 30}
+    assert registered == {
+        "ghost": 10, "failed": 10, "orphans": 0, "unrefined": 15, "daily-til": 30, "retention": 0,
+    }  # fmt: skip
     new = await seed.registered_since(before)
     assert len(new) == 65
     assert sum(1 for t, _, a in new if t == "CARD_ANALYSIS" and a == 2) == 20

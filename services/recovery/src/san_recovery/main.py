@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -27,12 +28,14 @@ from san_common.logs import configure_service_logging
 from san_common.probes import ReadinessCheck
 from san_common.process import serve
 from san_common.settings import load_settings
-from san_recovery.runner import run_sweeps
-from san_recovery.scheduler import Plan, Scheduler
+from san_recovery.runner import run_requested, run_sweeps
+from san_recovery.scheduler import Plan, Scheduler, wait_for_stop
 from san_recovery.settings import RecoverySettings
 from san_recovery.sweeps import ALL, DAILY, PERIODIC, Sweep
 
 PROG = "san-recovery"
+log = logging.getLogger(__name__)
+
 _CHOICES = [s.value for s in Sweep] + ["all"]
 
 
@@ -54,7 +57,9 @@ async def run_once(settings: RecoverySettings, sweeps: Sequence[Sweep], *, as_js
     engine = create_engine(settings.database_url, pool_size=2)
     try:
         # No start-up check: an unreachable database is each sweep's reported error.
-        reports = await run_sweeps(create_session_factory(engine), sweeps, policy=settings.policy())
+        reports = await run_sweeps(
+            create_session_factory(engine), sweeps, policy=settings.policy(), trigger="cli"
+        )
     finally:
         await engine.dispose()
     ok = all(r.ok for r in reports)
@@ -80,7 +85,18 @@ async def run_scheduler(settings: RecoverySettings) -> None:
             # Not the scheduled time: each sweep reads the clock when it starts.
             await run_sweeps(sessions, sweeps, policy=policy, stop=stop)
 
-        await Scheduler(plans, run).run(stop)
+        await asyncio.gather(Scheduler(plans, run).run(stop), serve_requests(stop))
+
+    async def serve_requests(stop: asyncio.Event) -> None:
+        """Operators' "run now" (admin API), read every few seconds."""
+        while not stop.is_set():
+            try:
+                while await run_requested(sessions, policy=policy, stop=stop) is not None:
+                    pass
+            except Exception:  # the database is down: the next poll tries again
+                log.exception("could not read the operators' sweep requests")
+            if await wait_for_stop(stop, settings.recovery_request_poll_seconds):
+                return
 
     try:
         await require_database(PROG, engine, settings.database_url)

@@ -15,6 +15,9 @@ class Policy:
     max_reregistrations: int = 3
     batch_size: int = 500
     til_lookback_days: int = 1
+    # Retention: terminal jobs older than this (by finished_at) are deleted.
+    keep_completed: timedelta = timedelta(days=14)
+    keep_failed: timedelta = timedelta(days=30)  # FAILED and CANCELLED
 
     @property
     def max_attempt(self) -> int:

@@ -7,7 +7,19 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
 
-from sqlalchemy import Executable, and_, exists, false, func, or_, select, text, tuple_, update
+from sqlalchemy import (
+    Executable,
+    and_,
+    delete,
+    exists,
+    false,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -17,8 +29,11 @@ from san_common.models import (
     AsyncJob,
     DailySummary,
     KnowledgeCard,
+    OutboxMessage,
     RecallQuizGeneration,
     Scrap,
+    SweepRequest,
+    SweepRun,
     TilGithubCommit,
     User,
 )
@@ -373,3 +388,97 @@ async def user_days_without_til(
         _USER_DAYS, {"now": now, "lookback": lookback_days, "limit": limit}
     )
     return [UserDay(*row) for row in rows]
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+async def prune_jobs(
+    session: AsyncSession, *, status: JobStatus, finished_before: datetime, limit: int
+) -> list[tuple[uuid.UUID, str]]:
+    """Delete up to `limit` jobs in `status` that finished before the horizon, oldest
+    first, skipping rows another transaction holds; (job_id, job_type) of each."""
+    doomed = (
+        select(AsyncJob.job_id)
+        .where(AsyncJob.status == status.value, AsyncJob.finished_at < finished_before)
+        .order_by(AsyncJob.finished_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    rows = await session.execute(
+        delete(AsyncJob)
+        .where(AsyncJob.job_id.in_(doomed), AsyncJob.status == status.value)
+        .returning(AsyncJob.job_id, AsyncJob.job_type)
+    )
+    return [(row[0], row[1]) for row in rows]
+
+
+async def delete_outbox_of(session: AsyncSession, job_ids: list[uuid.UUID]) -> None:
+    """Outbox rows of pruned jobs (the relay deletes published rows on its own schedule;
+    this catches the rest, e.g. the unpublished message of a cancelled job)."""
+    if job_ids:
+        await session.execute(
+            delete(OutboxMessage).where(
+                OutboxMessage.body["job_id"].astext.in_([str(j) for j in job_ids])
+            )
+        )
+
+
+# -- sweep history and operators' requests ----------------------------------------------------
+
+
+async def record_run(
+    session: AsyncSession,
+    *,
+    sweep: str,
+    trigger: str,
+    status: str,
+    started_at: datetime,
+    finished_at: datetime,
+    batches: int,
+    totals: dict[str, int],
+    error: str | None,
+    request_id: int | None,
+) -> None:
+    session.add(
+        SweepRun(
+            sweep=sweep,
+            trigger=trigger,
+            status=status,
+            started_at=started_at,
+            finished_at=finished_at,
+            batches=batches,
+            totals=totals,
+            error=error[:MAX_ERROR_MESSAGE] if error else None,
+            request_id=request_id,
+        )
+    )
+    await session.flush()
+
+
+async def claim_request(session: AsyncSession) -> SweepRequest | None:
+    """The oldest open "run now" request, marked started (one replica takes each)."""
+    oldest = (
+        select(SweepRequest.id)
+        .where(SweepRequest.started_at.is_(None))
+        .order_by(SweepRequest.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    claimed: SweepRequest | None = await session.scalar(
+        update(SweepRequest)
+        .where(SweepRequest.id == oldest)
+        .values(started_at=func.now())
+        .returning(SweepRequest)
+    )
+    return claimed
+
+
+async def finish_request(session: AsyncSession, request_id: int, *, ok: bool) -> None:
+    await session.execute(
+        update(SweepRequest)
+        .where(SweepRequest.id == request_id)
+        .values(finished_at=func.now(), ok=ok)
+    )

@@ -16,7 +16,7 @@ from san_common import metrics
 from san_common.errors import cause_chain
 from san_recovery import repository
 from san_recovery.policy import Policy
-from san_recovery.sweeps import SWEEPS, Sweep
+from san_recovery.sweeps import ALL, SWEEPS, Sweep
 from san_recovery.tally import Tally
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,14 @@ async def run_sweep(
     now: datetime,
     policy: Policy,
     stop: asyncio.Event | None = None,
+    trigger: str = "schedule",
+    request_id: int | None = None,
 ) -> SweepReport:
     """Batches of `policy.batch_size`, one transaction each, until a batch comes back
     short or settles nothing (what it could not settle waits for the next run)."""
     report = SweepReport(sweep)
     started = time.monotonic()
+    started_at = datetime.now(UTC)
     try:
         while True:
             async with sessions() as session, session.begin():
@@ -108,7 +111,39 @@ async def run_sweep(
         log.exception("sweep failed", extra={"fields": {"sweep": sweep.value}})
     report.seconds = time.monotonic() - started
     _record(report)
+    await _remember(sessions, report, started_at, trigger, request_id)
     return report
+
+
+async def _remember(
+    sessions: async_sessionmaker[AsyncSession],
+    report: SweepReport,
+    started_at: datetime,
+    trigger: str,
+    request_id: int | None,
+) -> None:
+    """The run's row in the sweep history (the console's Sweeps page). Best effort: a run
+    whose history cannot be written still happened, and the log line has it."""
+    if report.status == RunStatus.LOCKED and trigger == "schedule":
+        return  # another replica ran it; that replica records the run
+    try:
+        async with sessions() as session, session.begin():
+            await repository.record_run(
+                session,
+                sweep=report.sweep.value,
+                trigger=trigger,
+                status=report.status.value,
+                started_at=started_at,
+                finished_at=datetime.now(UTC),
+                batches=report.batches,
+                totals=report.tally.total.as_dict(),
+                error=report.error,
+                request_id=request_id,
+            )
+    except Exception:
+        log.exception(
+            "could not record the sweep run", extra={"fields": {"sweep": report.sweep.value}}
+        )
 
 
 async def run_sweeps(
@@ -118,14 +153,51 @@ async def run_sweeps(
     policy: Policy,
     now: datetime | None = None,
     stop: asyncio.Event | None = None,
+    trigger: str = "schedule",
+    request_id: int | None = None,
 ) -> list[SweepReport]:
     reports = []
     for sweep in sweeps:
         if stop is not None and stop.is_set():
             break
         at = now or datetime.now(UTC)
-        reports.append(await run_sweep(sessions, sweep, now=at, policy=policy, stop=stop))
+        reports.append(
+            await run_sweep(
+                sessions,
+                sweep,
+                now=at,
+                policy=policy,
+                stop=stop,
+                trigger=trigger,
+                request_id=request_id,
+            )
+        )
     return reports
+
+
+async def run_requested(
+    sessions: async_sessionmaker[AsyncSession], *, policy: Policy, stop: asyncio.Event | None = None
+) -> int | None:
+    """Run the oldest open operator request ("run now", from the admin API), if any;
+    its id, or None when there was none."""
+    async with sessions() as session, session.begin():
+        request = await repository.claim_request(session)
+    if request is None:
+        return None
+    names = set(request.sweeps)
+    sweeps = [s for s in ALL if s.value in names]
+    log.info(
+        "operator asked for sweeps",
+        extra={"fields": {"sweeps": request.sweeps, "by": request.requested_by}},
+    )
+    reports = await run_sweeps(
+        sessions, sweeps, policy=policy, stop=stop, trigger="operator", request_id=request.id
+    )
+    async with sessions() as session, session.begin():
+        await repository.finish_request(
+            session, request.id, ok=bool(reports) and all(r.ok for r in reports)
+        )
+    return request.id
 
 
 def _record(report: SweepReport) -> None:

@@ -37,6 +37,16 @@ class RecoverySettings(ServiceSettings):
         default=1, ge=1, le=31, description="Days before today the daily TIL batch looks at"
     )
 
+    recovery_retention_completed_days: float = Field(
+        default=14.0, gt=0, description="COMPLETED jobs are deleted this long after finishing"
+    )
+    recovery_retention_failed_days: float = Field(
+        default=30.0, gt=0, description="FAILED and CANCELLED jobs: the same, kept longer"
+    )
+    recovery_request_poll_seconds: float = Field(
+        default=2.0, gt=0, le=60, description="How often operators' 'run now' requests are read"
+    )
+
     @field_validator("recovery_schedule", "recovery_til_schedule")
     @classmethod
     def _cron(cls, value: str) -> str:
@@ -53,4 +63,6 @@ class RecoverySettings(ServiceSettings):
             max_reregistrations=self.recovery_max_reregistrations,
             batch_size=self.recovery_batch_size,
             til_lookback_days=self.recovery_til_lookback_days,
+            keep_completed=timedelta(days=self.recovery_retention_completed_days),
+            keep_failed=timedelta(days=self.recovery_retention_failed_days),
         )

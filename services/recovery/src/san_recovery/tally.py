@@ -14,6 +14,7 @@ class Outcome(StrEnum):
     # Someone else did it (a unique-index conflict, a TIL already in progress): not an error.
     SKIPPED = "skipped"
     ERROR = "error"
+    PRUNED = "pruned"  # retention deleted it
 
 
 @dataclass
@@ -23,6 +24,7 @@ class Counts:
     given_up: int = 0
     skipped: int = 0
     errors: int = 0
+    pruned: int = 0
 
     def add(self, other: Counts) -> None:
         self.found += other.found
@@ -30,6 +32,7 @@ class Counts:
         self.given_up += other.given_up
         self.skipped += other.skipped
         self.errors += other.errors
+        self.pruned += other.pruned
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -56,6 +59,8 @@ class Tally:
                 counts.skipped += 1
             case Outcome.ERROR:
                 counts.errors += 1
+            case Outcome.PRUNED:
+                counts.pruned += 1
 
     def merge(self, other: Tally) -> None:
         for job_type, counts in other.by_type.items():
@@ -72,4 +77,4 @@ class Tally:
     def progress(self) -> int:
         """Candidates this tally settled for good; a batch without any ends the run."""
         total = self.total
-        return total.registered + total.given_up
+        return total.registered + total.given_up + total.pruned

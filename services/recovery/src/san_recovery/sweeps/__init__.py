@@ -10,7 +10,7 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_recovery.policy import Policy
-from san_recovery.sweeps import daily_til, failed, ghost, scraps
+from san_recovery.sweeps import daily_til, failed, ghost, retention, scraps
 from san_recovery.tally import Tally
 
 
@@ -20,6 +20,7 @@ class Sweep(StrEnum):
     ORPHANS = "orphans"
     UNREFINED = "unrefined"
     DAILY_TIL = "daily-til"
+    RETENTION = "retention"
 
 
 SweepFn = Callable[[AsyncSession, datetime, Policy], Awaitable[Tally]]
@@ -30,9 +31,16 @@ SWEEPS: dict[Sweep, SweepFn] = {
     Sweep.ORPHANS: scraps.sweep_orphans,
     Sweep.UNREFINED: scraps.sweep_unrefined,
     Sweep.DAILY_TIL: daily_til.sweep,
+    Sweep.RETENTION: retention.sweep,
 }
 
 # Ghosts first: their re-registrations then supersede the failures the failed sweep sees.
 ALL: tuple[Sweep, ...] = tuple(Sweep)
-PERIODIC: tuple[Sweep, ...] = (Sweep.GHOST, Sweep.FAILED, Sweep.ORPHANS, Sweep.UNREFINED)
+PERIODIC: tuple[Sweep, ...] = (
+    Sweep.GHOST,
+    Sweep.FAILED,
+    Sweep.ORPHANS,
+    Sweep.UNREFINED,
+    Sweep.RETENTION,
+)
 DAILY: tuple[Sweep, ...] = (Sweep.DAILY_TIL,)

@@ -1,0 +1,248 @@
+"""`san-admin`: the operator console's verbs from a shell, over the admin API.
+
+    san-admin jobs list [--status S]... [--type T]... [--user U] [--error TEXT] [--limit N]
+    san-admin jobs show JOB_ID
+    san-admin jobs retry JOB_ID | --where [filters] [--dry-run]
+    san-admin jobs cancel JOB_ID | --where [filters] [--dry-run]
+    san-admin dlq list [--limit N]
+    san-admin dlq redrive|purge (--message-id ID | --type T | --all)
+    san-admin queues list | pause TYPE | resume TYPE
+    san-admin sweeps list | run SWEEP...
+    san-admin audit [--limit N]
+
+The API is `--url` (or SAN_ADMIN_URL, default http://127.0.0.1:8000) and the operator
+token `--token` (or SAN_ADMIN_TOKEN; `san-token --operator NAME` mints one). `--json`
+prints the API's JSON. Exit codes: 0 done; 1 the API is unreachable or failed (5xx);
+2 bad usage or input (400); 3 not allowed (401/403); 4 not found (404); 5 the job's state
+does not allow it (409).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import httpx
+
+from san_common import cli
+
+PROG = "san-admin"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
+_BY_STATUS = {400: EXIT_USAGE, 401: EXIT_DENIED, 403: EXIT_DENIED, 404: EXIT_NOT_FOUND,
+              409: EXIT_CONFLICT, 422: EXIT_USAGE}  # fmt: skip
+
+
+class Failure(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", action="append", default=[], metavar="STATUS")
+    parser.add_argument("--type", action="append", default=[], metavar="JOB_TYPE")
+    parser.add_argument("--user", help="the owner's external id (or user id)")
+    parser.add_argument("--error", help="text the error message contains")
+    parser.add_argument("--created-from", metavar="ISO8601")
+    parser.add_argument("--created-to", metavar="ISO8601")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.parser(PROG, __doc__ or "", distribution="san-api")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--url", default=os.environ.get("SAN_ADMIN_URL", "http://127.0.0.1:8000"))
+    parser.add_argument("--token", default=os.environ.get("SAN_ADMIN_TOKEN", ""))
+    parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    nouns = parser.add_subparsers(dest="noun", required=True)
+
+    jobs = nouns.add_parser("jobs").add_subparsers(dest="verb", required=True)
+    listing = jobs.add_parser("list")
+    _filters(listing)
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--cursor")
+    jobs.add_parser("show").add_argument("job_id")
+    for verb in ("retry", "cancel"):
+        action = jobs.add_parser(verb)
+        action.add_argument("job_id", nargs="?")
+        action.add_argument("--where", action="store_true", help="every job the filters match")
+        action.add_argument("--dry-run", action="store_true", help="only count (with --where)")
+        _filters(action)
+
+    dlq = nouns.add_parser("dlq").add_subparsers(dest="verb", required=True)
+    dlq.add_parser("list").add_argument("--limit", type=int, default=50)
+    for verb in ("redrive", "purge"):
+        action = dlq.add_parser(verb)
+        chosen = action.add_mutually_exclusive_group(required=True)
+        chosen.add_argument("--message-id")
+        chosen.add_argument("--type", metavar="JOB_TYPE")
+        chosen.add_argument("--all", action="store_true")
+
+    queues = nouns.add_parser("queues").add_subparsers(dest="verb", required=True)
+    queues.add_parser("list")
+    for verb in ("pause", "resume"):
+        queues.add_parser(verb).add_argument("job_type")
+
+    sweeps = nouns.add_parser("sweeps").add_subparsers(dest="verb", required=True)
+    sweeps.add_parser("list")
+    sweeps.add_parser("run").add_argument("sweeps", nargs="+", metavar="SWEEP")
+
+    nouns.add_parser("audit").add_argument("--limit", type=int, default=50)
+    return parser
+
+
+def _filter_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.status:
+        body["status"] = args.status
+    if args.type:
+        body["type"] = args.type
+    for key, name in (("user", "user"), ("error", "error"), ("created_from", "createdFrom"),
+                      ("created_to", "createdTo")):  # fmt: skip
+        if getattr(args, key, None):
+            body[name] = getattr(args, key)
+    return body
+
+
+class Api:
+    def __init__(self, url: str, token: str, timeout: float) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self._url = url
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise Failure(f"cannot reach the API at {cli.redact_url(self._url)}: {exc}", 1) from exc
+        if response.status_code >= 400:
+            try:
+                problem = response.json()
+                detail = f"{problem.get('code', 'ERROR')}: {problem.get('detail', response.text)}"
+            except ValueError:
+                detail = response.text[:300]
+            code = _BY_STATUS.get(response.status_code, EXIT_FAILED)
+            raise Failure(f"{response.status_code} {detail}", code)
+        return response.json() if response.content else None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _table(out: TextIO, rows: Sequence[Sequence[object]], header: Sequence[str]) -> None:
+    cells = [[str(c) for c in header], *[["" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
+
+
+def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
+    noun, verb = args.noun, getattr(args, "verb", None)
+    result: Any
+    if noun == "jobs" and verb == "list":
+        params: dict[str, Any] = {**_filter_body(args), "limit": args.limit}
+        if args.cursor:
+            params["cursor"] = args.cursor
+        result = api.call("GET", "/admin/api/jobs", params=params)
+        if not args.json:
+            _table(out, [(j["jobId"], j["jobType"], j["status"], j["user"], j["attempt"],
+                          (j["errorMessage"] or "")[:60]) for j in result["items"]],
+                   ("JOB", "TYPE", "STATUS", "USER", "ATTEMPT", "ERROR"))  # fmt: skip
+            if result["nextCursor"]:
+                print(f"more: --cursor {result['nextCursor']}", file=out)
+    elif noun == "jobs" and verb == "show":
+        result = api.call("GET", f"/admin/api/jobs/{args.job_id}")
+        if not args.json:
+            job = result["job"]
+            for key in ("jobId", "jobType", "status", "user", "targetId", "attempt", "createdAt",
+                        "finishedAt", "workerId", "leaseExpiresAt", "errorMessage"):  # fmt: skip
+                print(f"{key:15} {job[key]}", file=out)
+            print("history        " + " → ".join(e["status"] for e in result["events"]), file=out)
+    elif noun == "jobs":
+        if bool(args.job_id) == bool(args.where):
+            raise Failure(f"jobs {verb}: give a JOB_ID or --where with filters", EXIT_USAGE)
+        if args.job_id:
+            result = api.call("POST", f"/admin/api/jobs/{args.job_id}/{verb}")
+            if not args.json:
+                print(f"{result['jobId']} {result['status']}", file=out)
+        else:
+            body = {"action": verb, "filter": _filter_body(args)}
+            path = "/admin/api/jobs/bulk/preview" if args.dry_run else "/admin/api/jobs/bulk"
+            result = api.call("POST", path, json=body)
+            if not args.json:
+                done = "would touch" if args.dry_run else "touched"
+                print(f"{verb}: {done} {result['count']} job(s)", file=out)
+    elif noun == "dlq" and verb == "list":
+        result = api.call("GET", "/admin/api/dead-letters", params={"limit": args.limit})
+        if not args.json:
+            _table(out, [(m["messageId"], m["jobType"], m["jobId"], m["reason"], m["jobStatus"],
+                          (m["jobError"] or "")[:50]) for m in result["items"]],
+                   ("MESSAGE", "TYPE", "JOB", "REASON", "JOB STATUS", "JOB ERROR"))  # fmt: skip
+            print(f"total: {result['total']}", file=out)
+    elif noun == "dlq":
+        body = {"all": True} if args.all else (
+            {"messageId": args.message_id} if args.message_id else {"jobType": args.type}
+        )  # fmt: skip
+        result = api.call("POST", f"/admin/api/dead-letters/{verb}", json=body)
+        if not args.json:
+            print(f"{verb}: {result['count']} dead letter(s)", file=out)
+    elif noun == "queues" and verb == "list":
+        result = api.call("GET", "/admin/api/queues")
+        if not args.json:
+            _table(out, [(q["name"], q["messages"], q["unacked"], q["consumers"],
+                          "paused" if q["paused"] else "") for q in result["queues"]],
+                   ("QUEUE", "READY", "UNACKED", "CONSUMERS", "STATE"))  # fmt: skip
+    elif noun == "queues":
+        result = api.call("POST", f"/admin/api/job-types/{args.job_type}/{verb}")
+        if not args.json:
+            print(f"{result['jobType']} {'paused' if result['paused'] else 'running'}", file=out)
+    elif noun == "sweeps" and verb == "list":
+        result = api.call("GET", "/admin/api/sweeps")
+        if not args.json:
+            _table(out, [(r["startedAt"], r["sweep"], r["trigger"], r["status"],
+                          json.dumps(r["totals"])) for r in result["runs"]],
+                   ("STARTED", "SWEEP", "TRIGGER", "STATUS", "TOTALS"))  # fmt: skip
+    elif noun == "sweeps":
+        result = api.call("POST", "/admin/api/sweeps/run", json={"sweeps": args.sweeps})
+        if not args.json:
+            print(f"requested #{result['id']}: {', '.join(result['sweeps'])}", file=out)
+    else:
+        result = api.call("GET", "/admin/api/audit", params={"limit": args.limit})
+        if not args.json:
+            rows = [
+                (a["at"], a["actor"], a["action"], a["target"], a["count"]) for a in result["items"]
+            ]
+            _table(out, rows, ("AT", "OPERATOR", "ACTION", "TARGET", "COUNT"))
+    if args.json:
+        print(json.dumps(result, indent=2), file=out)
+
+
+def run(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    args = build_parser().parse_args(argv)  # usage errors exit 2 here
+    if not args.token:
+        print(f"{PROG}: no operator token: pass --token or set SAN_ADMIN_TOKEN", file=err)
+        return EXIT_USAGE
+    api = Api(args.url, args.token, args.timeout)
+    try:
+        execute(args, api, out)
+    except Failure as exc:
+        print(f"{PROG}: {exc}", file=err)
+        return exc.code
+    finally:
+        api.close()
+    return EXIT_OK
+
+
+def main() -> None:
+    raise SystemExit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Acceptance 7: `san-admin` verbs against a running API (uvicorn on loopback, real broker),
+and a non-zero exit with one clear line on bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from san_api.admin.cli import run
+from san_api.app import create_app
+from san_common.broker.topology import Topology
+from tests.admin.support import Sessions, insert_jobs, new_user, operator_headers, user_headers
+from tests.api.support import over_http
+from tests.conftest import api_settings
+
+pytestmark = pytest.mark.rabbit
+
+TOKEN = operator_headers("cli-operator")["Authorization"].removeprefix("Bearer ")
+
+
+@pytest.fixture
+async def url(db_url: str, amqp_url: str, topology: Topology) -> AsyncIterator[str]:
+    settings = api_settings(db_url, amqp_url, amqp_prefix=topology.prefix)
+    async with over_http(create_app(settings)) as base:
+        yield base
+
+
+async def admin(url: str, *argv: str, token: str = TOKEN) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(run, ["--url", url, "--token", token, *argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def test_verbs_work_against_a_running_api(url: str, sessions: Sessions) -> None:
+    user_id, external = await new_user(sessions)
+    [failed, other] = await insert_jobs(sessions, user_id, 2)
+    [pending] = await insert_jobs(sessions, user_id, status="PENDING", job_type="SCRAP_REFINE")
+
+    code, out, _ = await admin(
+        url, "--json", "jobs", "list", "--user", external, "--status", "FAILED"
+    )
+    assert code == 0 and {j["jobId"] for j in json.loads(out)["items"]} == {str(failed), str(other)}
+    code, out, _ = await admin(url, "jobs", "show", str(failed))
+    assert code == 0 and "FAILED" in out and "CARD_ANALYSIS failed: boom" in out
+    code, out, _ = await admin(url, "jobs", "retry", str(failed))
+    assert (code, out.strip()) == (0, f"{failed} PENDING")
+    code, out, _ = await admin(url, "jobs", "retry", "--where", "--user", external, "--dry-run")
+    assert (code, out.strip()) == (0, "retry: would touch 1 job(s)")
+    code, out, _ = await admin(
+        url, "jobs", "cancel", "--where", "--user", external, "--type", "SCRAP_REFINE"
+    )
+    assert (code, out.strip()) == (0, "cancel: touched 1 job(s)")
+    code, out, _ = await admin(url, "--json", "queues", "list")
+    assert code == 0 and json.loads(out)["source"] == "passive"
+    code, out, _ = await admin(url, "queues", "pause", "CARD_ANALYSIS")
+    assert (code, out.strip()) == (0, "CARD_ANALYSIS paused")
+    code, out, _ = await admin(url, "queues", "resume", "CARD_ANALYSIS")
+    assert (code, out.strip()) == (0, "CARD_ANALYSIS running")
+    code, out, _ = await admin(url, "dlq", "list")
+    assert code == 0 and "total: 0" in out
+    code, out, _ = await admin(url, "dlq", "redrive", "--all")
+    assert (code, out.strip()) == (0, "redrive: 0 dead letter(s)")
+    code, out, _ = await admin(url, "sweeps", "run", "retention")
+    assert code == 0 and out.startswith("requested #")
+    code, out, _ = await admin(url, "audit", "--limit", "5")
+    assert code == 0 and "cli-operator" in out and "sweeps.run" in out
+    assert pending  # cancelled by the bulk cancel above
+
+
+async def test_bad_input_exits_non_zero_with_a_clear_message(url: str, sessions: Sessions) -> None:
+    user_id, external = await new_user(sessions)
+    [done] = await insert_jobs(sessions, user_id, status="COMPLETED")
+    cases = [
+        (("jobs", "show", "not-a-uuid"), 2, "VALIDATION_ERROR"),
+        (("jobs", "show", str(uuid.uuid4())), 4, "NOT_FOUND"),
+        (("jobs", "retry", str(done)), 5, "only FAILED jobs can be retried"),
+        (("jobs", "retry"), 2, "give a JOB_ID or --where"),
+        (("queues", "pause", "NOPE"), 2, "VALIDATION_ERROR"),
+        (("sweeps", "run", "nope"), 2, "unknown sweep"),
+    ]
+    for argv, code, message in cases:
+        got, _out, err = await admin(url, *argv)
+        assert got == code and message in err and err.count("\n") == 1, (argv, got, err)
+    user_token = user_headers(external)["Authorization"].removeprefix("Bearer ")
+    got, _, err = await admin(url, "jobs", "list", token=user_token)
+    assert got == 3 and "FORBIDDEN" in err
+    got, _, err = await admin("http://127.0.0.1:1", "jobs", "list")
+    assert got == 1 and "cannot reach the API" in err
+
+
+def test_the_console_script_is_installed_and_checks_its_arguments() -> None:
+    script = [sys.executable, "-m", "san_api.admin.cli"]
+    usage = subprocess.run([*script, "jobs", "frobnicate"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "invalid choice" in usage.stderr
+    missing = subprocess.run([*script, "jobs", "list"], capture_output=True, text=True, env={})
+    assert missing.returncode == 2 and "no operator token" in missing.stderr
+    help_ = subprocess.run([*script, "--help"], capture_output=True, text=True)
+    assert help_.returncode == 0 and "jobs list" in help_.stdout
