@@ -34,19 +34,26 @@ async def jobs_by_id(db: Sessions) -> set[uuid.UUID]:
 async def test_retention_deletes_exactly_the_rows_past_the_horizon(db: Sessions) -> None:
     user_id, _ = await new_user(db)
     old = days_ago(40)
+
+    async def seed(count: int, status: str, finished_days_ago: float) -> list[uuid.UUID]:
+        finished = days_ago(finished_days_ago)
+        return await insert_jobs(
+            db, user_id, count, status=status, created_at=old, finished_at=finished
+        )
+
     doomed = [
-        *await insert_jobs(db, user_id, 25, status="COMPLETED", created_at=old, finished_at=days_ago(15)),
-        *await insert_jobs(db, user_id, 12, status="FAILED", created_at=old, finished_at=days_ago(31)),
-        *await insert_jobs(db, user_id, 4, status="CANCELLED", created_at=old, finished_at=days_ago(31)),
-    ]  # fmt: skip
+        *await seed(25, "COMPLETED", 15),
+        *await seed(12, "FAILED", 31),
+        *await seed(4, "CANCELLED", 31),
+    ]
     kept = [
-        *await insert_jobs(db, user_id, 5, status="COMPLETED", created_at=old, finished_at=days_ago(13)),
-        *await insert_jobs(db, user_id, 3, status="FAILED", created_at=old, finished_at=days_ago(20)),
-        *await insert_jobs(db, user_id, 2, status="CANCELLED", created_at=old, finished_at=days_ago(29)),
+        *await seed(5, "COMPLETED", 13),
+        *await seed(3, "FAILED", 20),
+        *await seed(2, "CANCELLED", 29),
         # active jobs are never pruned, however old
-        *await insert_jobs(db, user_id, 3, status="PENDING", created_at=old, finished_at=days_ago(99)),
-        *await insert_jobs(db, user_id, 2, status="PROCESSING", created_at=old, finished_at=days_ago(99)),
-    ]  # fmt: skip
+        *await seed(3, "PENDING", 99),
+        *await seed(2, "PROCESSING", 99),
+    ]
     async with db() as session, session.begin():
         await session.execute(
             insert(OutboxMessage),
