@@ -26,9 +26,11 @@ from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
 from san_api.til.endpoints import router as til_router
 from san_api.users.endpoints import router as users_router
-from san_common import tracing
+from san_common import probes, tracing
+from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.probes import Readiness
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -43,9 +45,16 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.broker_admin = BrokerAdmin(
             settings.amqp_url, Topology(settings.amqp_prefix), settings.rabbitmq_management_url
         )
+        broker = BrokerMonitor(settings.amqp_url)
+        await broker.start()
+        app.state.readiness = Readiness(
+            required={"database": probes.database(engine)},
+            reported={"broker": probes.flag(broker.is_up, "no open connection")},
+        )
         try:
             yield
         finally:
+            await broker.close()
             await app.state.job_events.aclose()
             if app.state.tokens.jwks is not None:
                 await app.state.tokens.jwks.aclose()
