@@ -14,6 +14,11 @@ from san_api.admin.broker import BrokerAdmin
 from san_api.admin.endpoints import router as admin_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
+from san_api.edge import (
+    BodyTimeoutMiddleware,
+    SecurityHeadersMiddleware,
+    UnhandledErrorMiddleware,
+)
 from san_api.errors import install_error_handlers
 from san_api.github.clients import GithubServices
 from san_api.github.endpoints import router as github_router
@@ -71,7 +76,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
+    # innermost first: each add_middleware wraps the ones before it
+    app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
+    app.add_middleware(BodyTimeoutMiddleware, seconds=settings.http_body_timeout_seconds)
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware)  # outermost: it sees every other layer
     for router in (
         health.router,
