@@ -17,6 +17,7 @@ from san_api.auth.tokens import InvalidToken, TokenVerifier
 from san_api.errors import AppError, Unauthorized
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
+from san_api.users.cache import ProvisionedUsers
 
 
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
@@ -70,8 +71,14 @@ async def get_subject(
 SubjectDep = Annotated[str, Depends(get_subject)]
 
 
-async def get_current_user(session: SessionDep, subject: SubjectDep) -> Principal:
-    return Principal(await users.provision(session, subject), subject)
+async def get_current_user(request: Request, session: SessionDep, subject: SubjectDep) -> Principal:
+    known: ProvisionedUsers = request.app.state.provisioned_users
+    user_id = known.get(subject)
+    if user_id is None:  # the session connects only here, on a subject not seen before
+        user_id, created = await users.provision(session, subject)
+        if not created:  # committed already; one created now is remembered next time
+            known.remember(subject, user_id)
+    return Principal(user_id, subject)
 
 
 CurrentUser = Annotated[Principal, Depends(get_current_user)]

@@ -52,18 +52,18 @@ async def neighbours(
     """The user's cards within `rule.threshold` cosine distance of `embedding`; if none, the
     K nearest (`fallback`). Shared by similar cards and a TIL's recall cards (SPEC §3.1, §3.2)."""
     nearest = await repository.nearest(session, user_id, embedding, rule.k, exclude=exclude)
-    within = [(card, d) for card, d in nearest if d <= rule.threshold]
+    within = [n for n in nearest if n.distance <= rule.threshold]
     return Neighbours(
         fallback=not within and bool(nearest),
         cards=[
             SimilarCard(
-                cardId=card.id,
-                scrapId=card.scrap_id,
-                title=card.title,
-                summary=card.summary,
-                distance=round(distance, 6),
+                cardId=n.card_id,
+                scrapId=n.scrap_id,
+                title=n.title,
+                summary=n.summary,
+                distance=round(n.distance, 6),
             )
-            for card, distance in (within or nearest)
+            for n in (within or nearest)
         ],
     )
 
@@ -72,10 +72,11 @@ async def similar_cards(
     session: AsyncSession, card_id: uuid.UUID, user_id: uuid.UUID, rule: NeighbourRule
 ) -> SimilarCards:
     """Cards near this one by the neighbour rule; never the card itself."""
-    embedding = await repository.get_embedding(session, card_id, user_id)
-    if embedding is None:
+    query = repository.embedding_of(card_id, user_id)
+    found = await neighbours(session, user_id, query, rule, exclude=[card_id])
+    # No neighbour at all: a lone card, or no such card of this user (asked only then).
+    if not found.cards and not await repository.exists(session, card_id, user_id):
         raise NotFound(f"card {card_id} not found")
-    found = await neighbours(session, user_id, embedding, rule, exclude=[card_id])
     return SimilarCards(
         cardId=card_id, threshold=rule.threshold, fallback=found.fallback, cards=found.cards
     )

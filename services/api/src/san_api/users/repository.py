@@ -9,8 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from san_common.models import User
 
 
-async def provision(session: AsyncSession, external_id: str) -> uuid.UUID:
-    """The user's id, creating the row the first time this external id is seen."""
+async def provision(session: AsyncSession, external_id: str) -> tuple[uuid.UUID, bool]:
+    """The user's id, creating the row the first time this external id is seen; and
+    whether this transaction created it (so it is not committed yet)."""
     created: uuid.UUID | None = await session.scalar(
         insert(User)
         .values(external_id=external_id)
@@ -18,12 +19,12 @@ async def provision(session: AsyncSession, external_id: str) -> uuid.UUID:
         .returning(User.id)
     )
     if created is not None:
-        return created
+        return created, True
     existing: uuid.UUID | None = await session.scalar(
         select(User.id).where(User.external_id == external_id)
     )
     assert existing is not None  # the conflicting row is committed: ON CONFLICT waited for it
-    return existing
+    return existing, False
 
 
 async def get(session: AsyncSession, user_id: uuid.UUID) -> User | None:

@@ -1,0 +1,256 @@
+"""What every system's benchmark driver shares: the no-op job's table, the three
+scenarios, and the figures computed from the database afterwards.
+
+Runs in both virtual environments (SAN's and the peers'), so it needs only the standard
+library and asyncpg. A driver supplies four things (see `Driver`): prepare its schema,
+start its worker as an OS process of its own, enqueue one job, and stop the worker.
+
+The no-op job of every system does the same thing: one `UPDATE bench_rows` that records
+when the job started (the worker's clock at the job function's entry) and when it wrote
+(`clock_timestamp()`). Enqueue times are taken by the driver just before each enqueue
+call. All clocks are this machine's one wall clock, so the differences are latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import asyncpg
+
+BENCH_TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS bench_rows (
+    id uuid PRIMARY KEY,
+    started_at timestamptz,
+    done_at timestamptz
+)
+"""
+
+# The one statement of every system's no-op job ($1 = id, $2 = epoch seconds at entry).
+NOOP_UPDATE = (
+    "UPDATE bench_rows SET started_at = to_timestamp($2), done_at = clock_timestamp() WHERE id = $1"
+)
+# The same for DB-API drivers (psycopg): positional `%s` placeholders.
+NOOP_UPDATE_PSYCOPG = (
+    "UPDATE bench_rows SET started_at = to_timestamp(%s), done_at = clock_timestamp() WHERE id = %s"
+)
+
+SCENARIOS = ("drain", "burst", "paced")
+
+
+class Driver(Protocol):
+    async def prepare(self, connection: asyncpg.Connection) -> None:
+        """Create (or empty) the system's own tables/queues for a clean run."""
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        """Start one worker process of the system, consuming the benchmark's queue."""
+
+    async def enqueue(self, row_id: uuid.UUID) -> None:
+        """Enqueue one no-op job for `row_id`, the way the system's users do."""
+
+    async def settle_backlog(self, connection: asyncpg.Connection) -> None:
+        """Drain scenario: wait until the enqueued jobs are where the worker takes them
+        from (SAN: published by the relay); nothing to do for the others."""
+
+    async def close(self) -> None:
+        """Release the enqueuer's connections."""
+
+    def worker_main(self) -> None:
+        """The body of the worker process (`python -m … worker`)."""
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    jobs: int
+    rate: float | None = None  # jobs/s
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def _insert_rows(connection: asyncpg.Connection, n: int) -> list[uuid.UUID]:
+    ids = [uuid.uuid4() for _ in range(n)]
+    await connection.copy_records_to_table(
+        "bench_rows", records=[(i,) for i in ids], columns=["id"]
+    )
+    return ids
+
+
+async def _wait_done(
+    connection: asyncpg.Connection, ids: Sequence[uuid.UUID], timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        done = await connection.fetchval(
+            "SELECT count(*) FROM bench_rows WHERE id = ANY($1) AND done_at IS NOT NULL", list(ids)
+        )
+        if done == len(ids):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {done} of {len(ids)} jobs done after {timeout:.0f}s")
+        await asyncio.sleep(0.02)
+
+
+async def _times(
+    connection: asyncpg.Connection, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[float, float]]:
+    rows = await connection.fetch(
+        "SELECT id, extract(epoch FROM started_at)::float8 AS s,"
+        " extract(epoch FROM done_at)::float8 AS d FROM bench_rows WHERE id = ANY($1)",
+        list(ids),
+    )
+    return {row["id"]: (row["s"], row["d"]) for row in rows}
+
+
+async def _warm_up(driver: Driver, connection: asyncpg.Connection) -> None:
+    """One job end to end: the worker (and whatever sits between) is connected."""
+    (row,) = await _insert_rows(connection, 1)
+    await driver.enqueue(row)
+    await _wait_done(connection, [row], timeout=120)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def run_scenario(
+    driver: Driver, database_url: str, scenario: str, n: int, rate: float, seconds: float
+) -> Outcome:
+    connection = await asyncpg.connect(database_url)
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        await connection.execute(BENCH_TABLE_DDL)
+        await connection.execute("TRUNCATE bench_rows")
+        await driver.prepare(connection)
+        if scenario == "drain":
+            ids = await _insert_rows(connection, n)
+            for row in ids:
+                await driver.enqueue(row)
+            # Whatever a system does before its worker sees the jobs (SAN's relay) is done.
+            await driver.settle_backlog(connection)
+            worker = driver.start_worker()
+            await _wait_done(connection, ids, timeout=600)
+            times = await _times(connection, ids)
+            first = min(s for s, _ in times.values())
+            last = max(d for _, d in times.values())
+            return Outcome(scenario, n, rate=(n - 1) / max(last - first, 1e-9))
+        worker = driver.start_worker()
+        await _warm_up(driver, connection)
+        if scenario == "burst":
+            ids = await _insert_rows(connection, n)
+            enqueued: dict[uuid.UUID, float] = {}
+            for row in ids:
+                enqueued[row] = time.time()
+                await driver.enqueue(row)
+            enqueue_seconds = time.time() - enqueued[ids[0]]
+            await _wait_done(connection, ids, timeout=600)
+            times = await _times(connection, ids)
+            last = max(d for _, d in times.values())
+            latencies = [(times[i][1] - enqueued[i]) * 1000 for i in ids]
+            return Outcome(
+                scenario,
+                n,
+                rate=n / max(last - enqueued[ids[0]], 1e-9),
+                latency_p50_ms=percentile(latencies, 0.5),
+                latency_p99_ms=percentile(latencies, 0.99),
+                extra={"enqueue_rate": n / max(enqueue_seconds, 1e-9)},
+            )
+        if scenario == "paced":
+            count = max(1, int(rate * seconds))
+            ids = await _insert_rows(connection, count)
+            enqueued = {}
+            began = time.monotonic()
+            for k, row in enumerate(ids):
+                # a fixed schedule, so a slow enqueue does not shift the later ones
+                await asyncio.sleep(max(0.0, began + k / rate - time.monotonic()))
+                enqueued[row] = time.time()
+                await driver.enqueue(row)
+            await _wait_done(connection, ids, timeout=120)
+            times = await _times(connection, ids)
+            latencies = [(times[i][0] - enqueued[i]) * 1000 for i in ids]
+            return Outcome(
+                scenario,
+                count,
+                latency_p50_ms=percentile(latencies, 0.5),
+                latency_p99_ms=percentile(latencies, 0.99),
+            )
+        raise ValueError(f"unknown scenario {scenario}")
+    finally:
+        if worker is not None:
+            stop_process(worker)
+        await driver.close()
+        await connection.close()
+
+
+def cli(build: type) -> None:  # type: ignore[type-arg]
+    """`python -m benchmarks.peers.X drive|worker …`: one JSON line on stdout for `drive`."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=["drive", "worker"])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--amqp-url", required=True)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="drain")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    driver = build(args.database_url, args.amqp_url)
+    if args.command == "worker":
+        driver.worker_main()
+        return
+    outcome = asyncio.run(
+        run_scenario(driver, args.database_url, args.scenario, args.jobs, args.rate, args.seconds)
+    )
+    print(json.dumps(outcome.__dict__))
+
+
+def worker_command(module: str, database_url: str, amqp_url: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "worker",
+        "--database-url",
+        database_url,
+        "--amqp-url",
+        amqp_url,
+    ]
+
+
+def spawn(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A worker process; its own output goes to a log file, not into the driver's JSON."""
+    log_dir = os.environ.get("BENCH_LOG_DIR", "/tmp")
+    name = os.path.basename(command[2] if command[1:2] == ["-m"] else command[0])
+    log = open(os.path.join(log_dir, f"{name}.log"), "ab")
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
+
+
+def median_summary(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}

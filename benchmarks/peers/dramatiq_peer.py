@@ -1,0 +1,83 @@
+"""Dramatiq on RabbitMQ: one worker process with its default 8 threads (`--processes 1`);
+it acks after the job by default."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import asyncpg
+import dramatiq
+import psycopg
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+from benchmarks.peers.common import NOOP_UPDATE_PSYCOPG, cli, spawn
+
+QUEUE = "bench_dramatiq"
+_local = threading.local()
+
+
+def setup(database_url: str, amqp_url: str) -> dramatiq.Actor:  # type: ignore[type-arg]
+    broker = RabbitmqBroker(url=amqp_url)
+    dramatiq.set_broker(broker)
+
+    @dramatiq.actor(queue_name=QUEUE, max_retries=0)
+    def noop(row_id: str) -> None:
+        entered = time.time()
+        connection = getattr(_local, "connection", None)
+        if connection is None:
+            connection = _local.connection = psycopg.connect(database_url, autocommit=True)
+        connection.execute(NOOP_UPDATE_PSYCOPG, (entered, uuid.UUID(row_id)))
+
+    return noop
+
+
+class DramatiqPeer:
+    def __init__(self, database_url: str, amqp_url: str) -> None:
+        self.database_url = database_url
+        self.amqp_url = amqp_url
+        self.noop = setup(database_url, amqp_url)
+
+    async def prepare(self, connection: asyncpg.Connection) -> None:
+        broker = dramatiq.get_broker()
+        broker.declare_queue(QUEUE)
+        broker.flush(QUEUE)
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        return spawn(
+            [
+                sys.executable,
+                "-m",
+                "dramatiq",
+                "--processes",
+                "1",
+                "--threads",
+                "8",
+                "benchmarks.peers.dramatiq_peer",
+            ],
+            env={"BENCH_DATABASE_URL": self.database_url, "BENCH_AMQP_URL": self.amqp_url},
+        )
+
+    async def enqueue(self, row_id: uuid.UUID) -> None:
+        self.noop.send(str(row_id))
+
+    async def settle_backlog(self, connection: asyncpg.Connection) -> None:
+        return None
+
+    async def close(self) -> None:
+        dramatiq.get_broker().close()
+
+    def worker_main(self) -> None:
+        raise SystemExit("the dramatiq CLI runs the worker")
+
+
+if __name__ == "__main__":
+    cli(DramatiqPeer)
+else:
+    import os
+
+    if os.environ.get("BENCH_DATABASE_URL"):  # imported by the dramatiq CLI in the worker
+        setup(os.environ["BENCH_DATABASE_URL"], os.environ["BENCH_AMQP_URL"])

@@ -1,0 +1,145 @@
+"""SAN through the same harness: jobs registered by SAN's own registration path (job row +
+outbox row in one transaction, as the API does), published by a real `san-relay` process,
+run by SAN's `WorkerRuntime` in a worker process of its own with a no-op handler (the
+same one-row UPDATE as every peer's job; the runtime around it is the real one).
+
+Runs in SAN's virtual environment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar
+
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from benchmarks.peers.common import cli, spawn
+from san_common.broker.topology import Topology
+from san_common.db.engine import create_engine, create_session_factory
+from san_common.jobs.registration import register_job
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob
+
+PREFIX = "sanbench"
+JOB_TYPE = JobType.SCRAP_REFINE  # any type: the benchmark's worker serves only this queue
+NOOP = text(
+    "UPDATE bench_rows SET started_at = to_timestamp(:entered), done_at = clock_timestamp() "
+    "WHERE id = :id"
+)
+
+
+class NoopHandler:
+    """A job that updates one row, like every peer's: `load` notes when the job started."""
+
+    job_type: ClassVar[JobType] = JOB_TYPE
+
+    async def load(self, session: AsyncSession, job: AsyncJob) -> float:
+        return time.time()
+
+    async def run(self, job: AsyncJob, entered: Any) -> float:
+        return float(entered)
+
+    async def store(self, session: AsyncSession, job: AsyncJob, entered: Any) -> None:
+        await session.execute(NOOP, {"entered": entered, "id": job.target_id})
+
+
+def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "AMQP_URL": amqp_url,
+        "AMQP_PREFIX": PREFIX,
+        "SAN_ENV": "development",
+        "DATA_DIR": os.environ.get("BENCH_LOG_DIR", "/tmp"),
+    }
+
+
+class SanPeer:
+    def __init__(self, database_url: str, amqp_url: str) -> None:
+        self.database_url = database_url
+        self.amqp_url = amqp_url
+        self._engine: AsyncEngine | None = None
+        self._sessions: async_sessionmaker[AsyncSession] | None = None
+        self._user_id: uuid.UUID | None = None
+        self._relay: subprocess.Popen[bytes] | None = None
+
+    async def prepare(self, connection: asyncpg.Connection) -> None:
+        await connection.execute("TRUNCATE async_jobs, outbox_messages CASCADE")
+        self._user_id = await connection.fetchval(
+            "INSERT INTO users (external_id) VALUES ('bench') "
+            "ON CONFLICT (external_id) DO UPDATE SET external_id = excluded.external_id "
+            "RETURNING id"
+        )
+        self._engine = create_engine(self.database_url, pool_size=2)
+        self._sessions = create_session_factory(self._engine)
+        relay = Path(sys.executable).with_name("san-relay")
+        self._relay = spawn([str(relay)], env=_service_env(self.database_url, self.amqp_url))
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        return spawn(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.peers.san_peer",
+                "worker",
+                "--database-url",
+                self.database_url,
+                "--amqp-url",
+                self.amqp_url,
+            ],
+            env=_service_env(self.database_url, self.amqp_url),
+        )
+
+    async def enqueue(self, row_id: uuid.UUID) -> None:
+        assert self._sessions is not None and self._user_id is not None
+        await register_job(
+            self._sessions, job_type=JOB_TYPE, target_id=row_id, user_id=self._user_id
+        )
+
+    async def settle_backlog(self, connection: asyncpg.Connection) -> None:
+        while await connection.fetchval(
+            "SELECT count(*) FROM outbox_messages WHERE published_at IS NULL"
+        ):
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        from benchmarks.peers.common import stop_process
+
+        if self._relay is not None:
+            stop_process(self._relay)
+        if self._engine is not None:
+            await self._engine.dispose()
+
+    def worker_main(self) -> None:
+        from san_common.process import readiness, serve
+        from san_common.settings import load_settings
+        from san_common.worker import WorkerRuntime
+        from san_common.worker.settings import WorkerSettings
+
+        settings = load_settings(WorkerSettings)
+
+        async def main() -> None:
+            engine = create_engine(settings.database_url, pool_size=settings.worker_prefetch + 2)
+            runtime = WorkerRuntime(
+                session_factory=create_session_factory(engine),
+                amqp_url=settings.amqp_url,
+                topology=Topology(settings.amqp_prefix),
+                handlers={JOB_TYPE: NoopHandler()},
+                config=settings.runtime_config(),
+            )
+            try:
+                await serve(settings, runtime.run, readiness(engine, settings.amqp_url))
+            finally:
+                await engine.dispose()
+
+        asyncio.run(main())
+
+
+if __name__ == "__main__":
+    cli(SanPeer)

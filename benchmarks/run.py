@@ -1,0 +1,321 @@
+"""`make bench`: SAN side by side with its peers, plus SAN's own ratios, in one run.
+
+- Starts (or finds) PostgreSQL and RabbitMQ the way the test suite does (tests/infra.py):
+  one embedded PostgreSQL and the local broker, shared by every system.
+- Installs the peers (benchmarks/peers/requirements.txt) from PyPI into their own virtual
+  environment, `.bench/peers-venv`, never into SAN's.
+- Runs every scenario for every system interleaved — round 1: SAN, procrastinate,
+  pgqueuer, Celery, Dramatiq; round 2: the same again; … — so a burst of load from
+  elsewhere on this shared machine hits every system rather than one.
+- Then SAN's own ratios, each against a baseline measured in the same run, alternating
+  A B A B: `POST /scraps` against a bare FastAPI + asyncpg endpoint doing the same
+  transaction; the relay against a raw pipelined aio-pika publisher; similar cards at
+  100k cards of one user against the index-forced SQL and the exact scan (recall@10).
+- Prints one Markdown table (median and min–max over the runs) and writes it with the
+  raw figures as JSON to `benchmarks/results/` (`last.md`, `last.json`).
+
+Nothing here asserts a timing: the figures are reported, and docs/performance.md quotes
+the last run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from san_common.db.engine import plain_url
+from san_common.db.migrate import upgrade
+from tests import infra
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PEERS_VENV = ROOT / ".bench" / "peers-venv"
+SYSTEMS = ("san", "procrastinate", "pgqueuer", "celery", "dramatiq")
+LABELS = {
+    "san": "SAN",
+    "procrastinate": "procrastinate (PostgreSQL)",
+    "pgqueuer": "pgqueuer (PostgreSQL)",
+    "celery": "Celery (RabbitMQ)",
+    "dramatiq": "Dramatiq (RabbitMQ)",
+}
+
+
+def _uv() -> str:
+    for candidate in (os.environ.get("UV"), shutil.which("uv"), str(ROOT / ".tools/bin/uv")):
+        if (candidate and Path(candidate).exists()) or (candidate and shutil.which(candidate)):
+            return candidate
+    raise SystemExit("uv not found: run `make setup` first")
+
+
+def ensure_peers_venv() -> Path:
+    python = PEERS_VENV / "bin" / "python"
+    requirements = ROOT / "benchmarks" / "peers" / "requirements.txt"
+    stamp = PEERS_VENV / ".requirements"
+    if python.exists() and stamp.exists() and stamp.read_text() == requirements.read_text():
+        return python
+    uv = _uv()
+    env = {**os.environ, "UV_SYSTEM_CERTS": os.environ.get("UV_SYSTEM_CERTS", "1")}
+    subprocess.run(
+        [uv, "venv", "--quiet", "--allow-existing", str(PEERS_VENV)], check=True, env=env
+    )
+    subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(requirements)],
+        check=True,
+        env=env,
+    )
+    stamp.write_text(requirements.read_text())
+    return python
+
+
+async def create_database(server_url: str, name: str) -> str:
+    connection = await asyncpg.connect(plain_url(infra.with_database(server_url, "postgres")))
+    try:
+        await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+    return plain_url(infra.with_database(server_url, name))
+
+
+def load_note() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.1f}/{five:.1f}"
+
+
+def run_driver(
+    python: Path, system: str, database_url: str, amqp_url: str, scenario: str, args: Any
+) -> dict[str, Any]:
+    command = [
+        str(python),
+        "-m",
+        f"benchmarks.peers.{system}_peer",
+        "drive",
+        "--database-url",
+        database_url,
+        "--amqp-url",
+        amqp_url,
+        "--scenario",
+        scenario,
+        "--jobs",
+        str(args.jobs),
+        "--rate",
+        str(args.paced_rate),
+        "--seconds",
+        str(args.paced_seconds),
+    ]
+    load_before = load_note()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+        return {"scenario": scenario, "error": done.stderr.strip().splitlines()[-1:]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["load"] = f"{load_before} → {load_note()}"
+    return result
+
+
+def summary(values: Sequence[float | None]) -> dict[str, float] | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"median": statistics.median(present), "min": min(present), "max": max(present)}
+
+
+def fmt(stat: dict[str, float] | None, unit: str = "", digits: int = 0) -> str:
+    if stat is None:
+        return "—"
+    return (
+        f"**{stat['median']:,.{digits}f}**{unit} "
+        f"({stat['min']:,.{digits}f}–{stat['max']:,.{digits}f})"
+    )
+
+
+def peer_rows(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, Any]]:
+    table: dict[str, dict[str, Any]] = {}
+    for system, by_scenario in results.items():
+        row: dict[str, Any] = {}
+        drain = by_scenario.get("drain", [])
+        burst = by_scenario.get("burst", [])
+        paced = by_scenario.get("paced", [])
+        row["drain_rate"] = summary([r.get("rate") for r in drain])
+        row["burst_rate"] = summary([r.get("rate") for r in burst])
+        row["burst_p50_ms"] = summary([r.get("latency_p50_ms") for r in burst])
+        row["burst_p99_ms"] = summary([r.get("latency_p99_ms") for r in burst])
+        row["burst_enqueue_rate"] = summary([r.get("extra", {}).get("enqueue_rate") for r in burst])
+        row["paced_p50_ms"] = summary([r.get("latency_p50_ms") for r in paced])
+        row["paced_p99_ms"] = summary([r.get("latency_p99_ms") for r in paced])
+        row["errors"] = [r["error"] for rs in by_scenario.values() for r in rs if "error" in r]
+        table[system] = row
+    return table
+
+
+def render_peers(table: dict[str, dict[str, Any]], args: Any) -> str:
+    lines = [
+        f"| system | drain {args.jobs:,} queued (jobs/s) | burst of {args.jobs:,}: "
+        "enqueue→done (jobs/s) | burst: enqueue rate (jobs/s) | burst: enqueue→done p50 / p99 (ms) "
+        f"| paced {args.paced_rate:g} jobs/s: enqueue→start p50 (ms) | paced: p99 (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system in SYSTEMS:
+        if system not in table:
+            continue
+        row = table[system]
+        burst_lat = (
+            f"{row['burst_p50_ms']['median']:,.0f} / {row['burst_p99_ms']['median']:,.0f}"
+            if row["burst_p50_ms"]
+            else "—"
+        )
+        lines.append(
+            f"| {LABELS[system]} | {fmt(row['drain_rate'])} | {fmt(row['burst_rate'])} "
+            f"| {fmt(row['burst_enqueue_rate'])} | {burst_lat} "
+            f"| {fmt(row['paced_p50_ms'], digits=1)} | {fmt(row['paced_p99_ms'], digits=1)} |"
+        )
+    return "\n".join(lines)
+
+
+def acceptance(table: dict[str, dict[str, Any]], extra: dict[str, Any]) -> list[tuple[str, str]]:
+    """Issue 13's acceptance ratios, computed from this run's medians (reported, not asserted)."""
+
+    def med(system: str, key: str) -> float | None:
+        stat = table.get(system, {}).get(key)
+        return None if stat is None else float(stat["median"])
+
+    rows: list[tuple[str, str]] = []
+    san_drain = med("san", "drain_rate")
+    pgq = med("pgqueuer", "drain_rate")
+    rabbit = [v for v in (med("celery", "drain_rate"), med("dramatiq", "drain_rate")) if v]
+    if san_drain and pgq:
+        rows.append(("drain ≥ 1.0 × pgqueuer", f"{san_drain / pgq:.2f}×"))
+    if san_drain and rabbit:
+        rows.append(("drain ≥ 0.8 × max(Celery, Dramatiq)", f"{san_drain / max(rabbit):.2f}×"))
+    peers_burst = [med(s, "burst_rate") for s in SYSTEMS[1:]]
+    best_burst = max((v for v in peers_burst if v), default=None)
+    san_burst = med("san", "burst_rate")
+    if san_burst and best_burst:
+        rows.append(("burst enqueue→done ≥ 1.0 × best peer", f"{san_burst / best_burst:.2f}×"))
+    peers_p99 = [med(s, "paced_p99_ms") for s in SYSTEMS[1:]]
+    best_p99 = min((v for v in peers_p99 if v), default=None)
+    san_p99 = med("san", "paced_p99_ms")
+    if san_p99 and best_p99:
+        rows.append(
+            (
+                "paced p99 ≤ 1.5 × best peer's and < 20 ms",
+                f"{san_p99 / best_p99:.2f}× ({san_p99:.1f} ms vs {best_p99:.1f} ms)",
+            )
+        )
+    for key, label in (
+        ("api_c16", "POST /scraps ≥ 0.7 × bare endpoint, c=16"),
+        ("api_c64", "POST /scraps ≥ 0.7 × bare endpoint, c=64"),
+        ("api_p99_c64", "POST /scraps p99 at c=64 ≤ 2 × bare"),
+        ("relay", "relay ≥ 0.9 × raw pipelined publisher"),
+        ("similar_p99", "similar cards p99 ≤ 2 × index-forced SQL p99"),
+        ("similar_recall", "similar cards recall@10 ≥ 0.95"),
+    ):
+        if key in extra:
+            rows.append((label, extra[key]))
+    return rows
+
+
+async def main_async(args: Any) -> int:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log_dir = ROOT / ".bench" / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["BENCH_LOG_DIR"] = str(log_dir)
+    started = time.time()
+    systems = [s for s in SYSTEMS if s in args.systems]
+    peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
+    print(f"peers installed in {time.time() - started:.0f}s", flush=True)
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.node()} · {os.cpu_count()} CPUs · {platform.platform()}",
+        "python": platform.python_version(),
+        "runs": args.runs,
+        "load_at_start": load_note(),
+    }
+    with infra.postgres_server() as server, infra.rabbitmq_server() as amqp_url:
+        results: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in systems}
+        databases: dict[str, str] = {}
+        for system in systems:
+            databases[system] = await create_database(server, f"bench_{system}")
+            if system == "san":
+                await asyncio.to_thread(upgrade, databases[system])
+        for round_no in range(args.runs):
+            for scenario in args.scenarios:
+                for system in systems:
+                    python = Path(sys.executable) if system == "san" else peers_python
+                    assert python is not None
+                    outcome = run_driver(
+                        python, system, databases[system], amqp_url, scenario, args
+                    )
+                    results[system].setdefault(scenario, []).append(outcome)
+                    print(f"round {round_no + 1} {scenario:6} {system:14} {outcome}", flush=True)
+        table = peer_rows(results)
+        extra: dict[str, Any] = {}
+        sections: list[str] = []
+        if not args.skip_san_ratios:
+            from benchmarks import san_ratios
+
+            ratios = await san_ratios.run_all(server, amqp_url, args, extra)
+            report["san_ratios"] = ratios
+            sections.append(san_ratios.render(ratios))
+    report["peers"] = {"raw": results, "summary": table}
+    report["load_at_end"] = load_note()
+    report["seconds"] = round(time.time() - started)
+    checks = acceptance(table, extra)
+    report["acceptance"] = checks
+    text = [
+        f"### `make bench` — {report['date']}",
+        f"Machine: {report['machine']}, Python {report['python']}; load average "
+        f"(1/5 min) {report['load_at_start']} at start, {report['load_at_end']} at end; "
+        f"{args.runs} interleaved runs, median (min–max); {report['seconds']} s in all.",
+        "",
+        render_peers(table, args),
+        "",
+        *sections,
+        "",
+        "| issue 13 acceptance | this run |",
+        "|---|---|",
+        *(f"| {label} | {value} |" for label, value in checks),
+    ]
+    rendered = "\n".join(text) + "\n"
+    print("\n" + rendered)
+    (RESULTS / "last.md").write_text(rendered)
+    (RESULTS / "last.json").write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--paced-rate", type=float, default=20.0)
+    parser.add_argument("--paced-seconds", type=float, default=10.0)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=["drain", "burst", "paced"],
+        choices=["drain", "burst", "paced"],
+    )
+    parser.add_argument("--skip-san-ratios", action="store_true")
+    parser.add_argument(
+        "--cards", type=int, default=100_000, help="similar cards: cards of one user"
+    )
+    parser.add_argument("--only-ratios", nargs="*", default=None, help="api relay similar")
+    return asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
