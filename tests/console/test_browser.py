@@ -1,0 +1,258 @@
+"""Acceptance 1: headless Chromium (Debian's, driven by Selenium and chromium-driver) signs
+in as an operator, finds a job the fault-injected AI made FAILED, retries it from the page
+and sees it become COMPLETED without reloading; re-drives a dead letter and sees the queue
+counts change. A screenshot of every view goes to SCREENSHOTS.
+
+Everything runs in this test's event loop: the ai-worker runtime and the relay (real
+RabbitMQ), the fake AI, and the API under uvicorn; Selenium's blocking calls go to threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pytest
+
+from san_ai_worker.ai.provider import build_provider
+from san_ai_worker.handlers import build_handlers
+from san_api.app import create_app
+from san_common.broker.topology import Topology
+from san_common.db.engine import create_engine, create_session_factory
+from san_common.jobs.registration import register_job
+from san_common.jobs.types import JobType
+from san_common.models import Scrap
+from tests.admin.support import Sessions, new_user, operator_headers
+from tests.api.support import over_http
+from tests.conftest import api_settings
+from tests.fakes.fake_ai import FakeAiServer
+from tests.running import worker_and_relay
+from tests.waiting import settled_job
+
+pytestmark = pytest.mark.rabbit
+
+# The folder this test writes its screenshots to (docs/operations.md shows a few of them).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / ".artifacts" / "console-screenshots"
+CHROMEDRIVER = shutil.which("chromedriver")
+WAIT = 45.0
+
+webdriver = pytest.importorskip("selenium.webdriver")
+if CHROMEDRIVER is None:  # .ci/run installs it; a developer machine may not have it
+    pytest.skip("chromium-driver is not installed", allow_module_level=True)
+
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture
+def browser() -> AsyncIterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver  # type: ignore[misc]
+    finally:
+        driver.quit()
+
+
+class Page:
+    """Selenium from async code: every blocking call in a thread."""
+
+    def __init__(self, driver: WebDriver, base: str) -> None:
+        self.driver, self.base = driver, base
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    async def open(self, path: str) -> None:
+        await self.call(self.driver.get, self.base + path)
+
+    async def text(self, css: str) -> str:
+        element = await self.call(self.driver.find_element, By.CSS_SELECTOR, css)
+        return str(await self.call(lambda: element.text))
+
+    async def click(self, css: str) -> None:
+        element = await self.call(self.driver.find_element, By.CSS_SELECTOR, css)
+        await self.call(element.click)
+
+    async def until(self, what: str, condition: Callable[[WebDriver], object]) -> None:
+        def wait() -> None:
+            WebDriverWait(
+                self.driver,
+                WAIT,
+                poll_frequency=0.2,
+                # htmx swaps the live part of the page: an element read a moment ago may be gone
+                ignored_exceptions=(StaleElementReferenceException, NoSuchElementException),
+            ).until(condition, what)
+
+        await self.call(wait)
+
+    async def shot(self, name: str) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await self.call(self.driver.save_screenshot, str(SCREENSHOTS / f"{name}.png"))
+
+    async def mark(self) -> None:
+        """A flag that only survives as long as the page is not reloaded."""
+        await self.call(self.driver.execute_script, "window.__notReloaded = true;")
+
+    async def not_reloaded(self) -> bool:
+        return bool(await self.call(self.driver.execute_script, "return window.__notReloaded"))
+
+
+def text_is(css: str, expected: str) -> Callable[[WebDriver], bool]:
+    def check(driver: WebDriver) -> bool:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        return bool(found) and found[0].text.strip() == expected
+
+    return check
+
+
+async def a_scrap(sessions: Sessions, user_id: uuid.UUID) -> uuid.UUID:
+    content = f"Operators need a console {uuid.uuid4()}"
+    scrap = Scrap(
+        user_id=user_id, content=content, content_hash=hashlib.sha256(content.encode()).hexdigest()
+    )
+    async with sessions() as session, session.begin():
+        session.add(scrap)
+    return scrap.id
+
+
+async def dead_letter(amqp_url: str, topology: Topology, job_type: JobType) -> None:
+    """A message for a job type no worker runs here, rejected so RabbitMQ dead-letters it."""
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=True)
+        exchange = await channel.get_exchange(topology.jobs_exchange)
+        body = {
+            "message_id": str(uuid.uuid4()),
+            "job_id": str(uuid.uuid4()),
+            "job_type": job_type.value,
+            "target_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()),
+            "attempt": 1,
+            "created_at": datetime.now(UTC).isoformat(),
+        }
+        message = aio_pika.Message(json.dumps(body).encode(), message_id=body["message_id"])
+        await exchange.publish(message, routing_key=job_type.value)
+        queue = await channel.get_queue(topology.queue_name(job_type))
+        got = await queue.get(no_ack=False, timeout=10)
+        assert got is not None
+        await got.reject(requeue=False)
+
+
+async def test_operator_retries_a_failed_job_and_redrives_a_dead_letter(
+    fresh_db_url: str, amqp_url: str, topology: Topology, fake_ai: FakeAiServer, browser: WebDriver
+) -> None:
+    engine = create_engine(fresh_db_url, pool_size=10)
+    sessions: Sessions = create_session_factory(engine)
+    provider = build_provider(
+        "openai", base_url=fake_ai.base_url, api_key="sk-test-key-123456", timeout_seconds=2
+    )
+    settings = api_settings(fresh_db_url, amqp_url, amqp_prefix=topology.prefix)
+    try:
+        async with (
+            worker_and_relay(sessions, fresh_db_url, amqp_url, topology, build_handlers(provider)),
+            over_http(create_app(settings)) as base,
+        ):
+            user_id, _ = await new_user(sessions)
+            scrap_id = await a_scrap(sessions, user_id)
+            fake_ai.set_fault("http_400")  # a permanent failure: the job ends FAILED
+            job = await register_job(
+                sessions, job_type=JobType.SCRAP_REFINE, target_id=scrap_id, user_id=user_id
+            )
+            failed = await settled_job(sessions, job.job_id, within=WAIT)
+            assert failed.status == "FAILED", failed.error_message
+            fake_ai.set_fault(None)  # the AI is healthy again
+            await dead_letter(amqp_url, topology, JobType.TIL_GITHUB_COMMIT)
+            try:
+                await drive_the_console(Page(browser, base), job.job_id, topology)
+            finally:
+                await asyncio.to_thread(browser.get, "about:blank")  # close its SSE streams
+    finally:
+        fake_ai.set_fault(None)
+        await provider.aclose()
+        await engine.dispose()
+
+
+async def drive_the_console(page: Page, job_id: uuid.UUID, topology: Topology) -> None:
+    token = operator_headers("browser-operator")["Authorization"].removeprefix("Bearer ")
+    await page.open("/admin")  # no cookie yet: the login form
+    await page.until("the login form", lambda d: d.find_elements(By.ID, "token"))
+    await page.shot("01-login")
+    await page.call(page.driver.find_element(By.ID, "token").send_keys, token)
+    await page.click("#sign-in")
+    await page.until("the overview", text_is("h1", "Overview"))
+    await page.shot("02-overview")
+
+    await page.open("/admin/jobs?status=FAILED")
+    row = f'tr[data-job="{job_id}"]'
+    await page.until("the failed job in the table", lambda d: d.find_elements(By.CSS_SELECTOR, row))
+    await page.shot("03-jobs-failed")
+    await page.click(f"{row} a")
+    await page.until("the job page", text_is("#job-status", "FAILED"))
+    await page.shot("04-job-failed")
+
+    await page.mark()
+    await page.click("#retry")
+    await page.until("the job to complete", text_is("#job-status", "COMPLETED"))
+    assert await page.not_reloaded(), "the page was reloaded"
+    await page.shot("05-job-completed")
+
+    dead = topology.dead_letter_queue
+    github_queue = topology.queue_name(JobType.TIL_GITHUB_COMMIT)
+    await page.open("/admin")
+    await page.until("one dead letter", text_is(f'tr[data-queue="{dead}"] .messages', "1"))
+    await page.mark()
+    await page.open("/admin/dead-letters")
+    await page.until("the dead letter listed", text_is("#dlq-total", "1"))
+    await page.shot("06-dead-letters")
+    await page.mark()
+    await page.click("tr[data-message] button.redrive")
+    await page.until("the dead-letter queue to empty", text_is("#dlq-total", "0"))
+    assert await page.not_reloaded(), "the page was reloaded"
+    await page.open("/admin")
+    await page.until(
+        "the message back on its queue", text_is(f'tr[data-queue="{github_queue}"] .messages', "1")
+    )
+    await page.until("no dead letters", text_is(f'tr[data-queue="{dead}"] .messages', "0"))
+    await page.shot("07-overview-after-redrive")
+
+    await page.open("/admin/sweeps")
+    await page.click("#run-sweep")
+    await page.until(
+        "the request listed", lambda d: "waiting" in d.find_element(By.ID, "sweep-requests").text
+    )
+    await page.shot("08-sweeps")
+    await page.open("/admin/audit")
+    await page.until("the audit log", lambda d: "job.retry" in d.find_element(By.ID, "audit").text)
+    await page.shot("09-audit")
+    for name in (
+        "01-login",
+        "02-overview",
+        "04-job-failed",
+        "05-job-completed",
+        "06-dead-letters",
+        "09-audit",
+    ):
+        assert (SCREENSHOTS / f"{name}.png").stat().st_size > 1000
