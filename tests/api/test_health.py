@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from san_api.settings import ApiSettings
 from tests import infra
 from tests.api.support import api_with
+from tests.conftest import api_settings
 
 
 async def test_healthz(api: httpx.AsyncClient) -> None:
@@ -19,23 +20,33 @@ async def test_healthz(api: httpx.AsyncClient) -> None:
     assert response.json() == {"status": "ok"}
 
 
-async def test_readyz_checks_database_and_broker(api: httpx.AsyncClient) -> None:
+async def test_readyz_checks_database_and_reports_the_broker(api: httpx.AsyncClient) -> None:
     response = await api.get("/readyz")
     assert response.status_code == 200, response.text
-    assert response.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok"}}
+    assert response.json() == {"status": "ready", "checks": {"database": "up", "broker": "up"}}
 
 
-async def test_readyz_is_503_when_the_broker_is_unreachable(
+async def test_readyz_stays_ready_when_the_broker_is_unreachable(
     settings_for: Callable[..., ApiSettings],
 ) -> None:
+    """The outbox absorbs a broker outage: the API keeps accepting work (SPEC §7)."""
     dead_broker = f"amqp://guest:guest@127.0.0.1:{infra.free_port()}/"
     async with api_with(settings_for(amqp_url=dead_broker)) as client:
         response = await client.get("/readyz")
-    assert response.status_code == 503, response.text
+        metrics = (await client.get("/metrics")).text
+    assert response.status_code == 200, response.text
     body = response.json()
-    assert body["status"] == "not ready"
-    assert body["checks"]["database"] == "ok"
-    assert body["checks"]["broker"] != "ok"
+    assert body["status"] == "ready"
+    assert body["checks"] == {"database": "up", "broker": "down"}
+    assert 'san_dependency_up{dependency="broker"} 0.0' in metrics
+
+
+async def test_readyz_is_503_when_postgresql_is_unreachable(amqp_url: str) -> None:
+    dead_database = f"postgresql://san:pw@127.0.0.1:{infra.free_port()}/san"
+    async with api_with(api_settings(dead_database, amqp_url)) as client:
+        response = await client.get("/readyz")
+    assert response.status_code == 503, response.text
+    assert response.json()["checks"]["database"] == "down"
 
 
 async def test_openapi_documents_the_endpoints(api: httpx.AsyncClient) -> None:

@@ -141,11 +141,12 @@ def two_apis(fresh_db_url: str, amqp_url: str, tmp_path: Path) -> Iterator[list[
                 "RATE_LIMIT_JOBS_BURST": str(BURST),
                 "RATE_LIMIT_JOBS_PER_MINUTE": "1",
                 "ACTIVE_JOBS_MAX_PER_USER": str(ACTIVE_CAP),
+                "PYTHONUNBUFFERED": "1",
             }
             processes.append(start(f"api-{n}", env, tmp_path, module="san_api.main"))
             urls.append(f"http://127.0.0.1:{port}")
         for url, process in zip(urls, processes, strict=True):
-            wait_healthy(url, process)
+            wait_healthy(url, process, timeout=120)  # a loaded machine starts slowly
         yield urls
     finally:
         for process in processes:

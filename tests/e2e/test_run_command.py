@@ -1,13 +1,14 @@
-"""The README's run command (`make run` → dev/run_local.py) on its embedded defaults:
-no DATABASE_URL, no secrets — it must start everything, serve a scrap end to end, and stop
-every process on Ctrl-C."""
+"""The README's two run commands on their embedded defaults: `make run` (no DATABASE_URL,
+no secrets) starts everything and the API answers within the time the README states;
+`make demo` walks the README's "Try it" against it and exits 0; Ctrl-C stops every process."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
-import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -15,21 +16,28 @@ import pytest
 
 from san_common.broker.topology import Topology
 from tests import infra
-from tests.procs import wait_until
+from tests.deploy.services import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
 
-ROOT = Path(__file__).resolve().parents[2]
+
+def readme_start_up_seconds() -> int:
+    """The README's promise: the API answers "within **N seconds** of `make run`"."""
+    found = re.search(
+        r"within \*\*(\d+) seconds\*\* of `make run`", (ROOT / "README.md").read_text()
+    )
+    assert found, "the README states how soon `make run` serves"
+    return int(found.group(1))
 
 
-def test_run_command_serves_a_scrap_end_to_end_and_stops_on_ctrl_c(
+def test_make_run_serves_within_the_readme_time_make_demo_walks_it_and_ctrl_c_stops_all(
     amqp_url: str, topology: Topology, tmp_path: Path
 ) -> None:
     port = infra.free_port()
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("DATABASE_URL", "AUTH_JWT_SECRET", "TOKEN_ENCRYPTION_KEYS")
+        if k not in ("DATABASE_URL", "AUTH_JWT_SECRET", "TOKEN_ENCRYPTION_KEYS", "MAKEFLAGS")
     }
     env.update(
         DATA_DIR=str(tmp_path / "data"),
@@ -38,55 +46,48 @@ def test_run_command_serves_a_scrap_end_to_end_and_stops_on_ctrl_c(
         AMQP_PREFIX=topology.prefix,  # the fixture deletes its queues afterwards
     )
     log_path = tmp_path / "run.log"
+    started = time.monotonic()
     with log_path.open("wb") as log:
         launcher = subprocess.Popen(
-            [sys.executable, str(ROOT / "dev" / "run_local.py")],
+            ["make", "-s", "run"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
+            start_new_session=True,  # Ctrl-C reaches the whole foreground group: make, uv, us
         )
     base = f"http://127.0.0.1:{port}"
     try:
-
-        def healthy() -> bool:
+        deadline = started + readme_start_up_seconds()
+        while True:
             assert launcher.poll() is None, log_path.read_text()
             try:
-                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
             except httpx.HTTPError:
-                return False
-
-        wait_until(healthy, 90, "the API of `make run`")
-        token = subprocess.run(
-            [sys.executable, "-m", "san_api.auth.mint", "run-user"],
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=base, headers=headers, timeout=10) as client:
-            accepted = client.post("/scraps", json={"content": "Embedded defaults just work."})
-            assert accepted.status_code == 202, accepted.text
-            body = accepted.json()
-
-            def completed() -> bool:
-                status = client.get(f"/async-jobs/{body['analysisJobId']}").json()["status"]
-                assert status != "FAILED", log_path.read_text()
-                return status == "COMPLETED"
-
-            wait_until(completed, 60, "the CARD_ANALYSIS job")
-            assert client.get(f"/cards/{body['scrapId']}").status_code == 200
+                pass
+            assert time.monotonic() < deadline, (
+                f"no API within the README's time:\n{log_path.read_text()}"
+            )
+            time.sleep(0.2)  # poll interval, inside the deadline above
+        demo = subprocess.run(
+            ["make", "-s", "demo"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+        )
+        assert demo.returncode == 0, demo.stdout + demo.stderr + log_path.read_text()[-4000:]
+        for step in ("POST /scraps", "/async-jobs/", "/similar-cards", '"COMPLETED"'):
+            assert step in demo.stdout, demo.stdout
     finally:
-        launcher.send_signal(signal.SIGINT)
+        os.killpg(launcher.pid, signal.SIGINT)
         try:
             launcher.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            launcher.kill()
+            os.killpg(launcher.pid, signal.SIGKILL)
             raise
     output = log_path.read_text()
-    assert launcher.returncode == 0, output
+    # make itself dies of the SIGINT it was sent (as at a terminal); the launcher stopped cleanly
+    assert launcher.returncode in (0, -signal.SIGINT, 2), output
     assert "run: stopped" in output
+    assert "exited with" not in output, output
     # every child is gone: nothing is still listening on the API port
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{base}/healthz", timeout=1)

@@ -156,6 +156,9 @@ async def test_serve_runs_the_scheduler_with_probes_until_sigterm(
             json.loads(line) for line in process.log().splitlines() if "sweeps scheduled" in line
         ]
         assert {s["cron"] for s in scheduled} == {"0 */2 * * *", "10 0 * * *"}
+        # each line names its sweeps, so the two are told apart
+        assert {s["cron"]: tuple(s["sweeps"]) for s in scheduled}["10 0 * * *"] == ("daily-til",)
+        assert all(", ".join(s["sweeps"]) in s["msg"] for s in scheduled)
     finally:
         code = await asyncio.to_thread(process.terminate)
     assert code == 0, process.log()

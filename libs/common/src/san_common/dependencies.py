@@ -31,7 +31,7 @@ async def require_database(prog: str, engine: AsyncEngine, url: str) -> None:
 
 async def require_broker(prog: str, url: str) -> None:
     try:
-        with _quiet("aiormq.connection"):  # it logs the refusal too; ours names the URL
+        with quiet_logger("aiormq.connection"):  # it logs the refusal too; ours names the URL
             connection = await aio_pika.connect(url, timeout=CHECK_TIMEOUT_SECONDS)
     except STARTUP_ERRORS as exc:
         raise Unreachable(prog, "RabbitMQ", url, exc) from None
@@ -39,7 +39,7 @@ async def require_broker(prog: str, url: str) -> None:
 
 
 @contextlib.contextmanager
-def _quiet(logger_name: str) -> Iterator[None]:
+def quiet_logger(logger_name: str) -> Iterator[None]:
     logger = logging.getLogger(logger_name)
     disabled, logger.disabled = logger.disabled, True
     try:

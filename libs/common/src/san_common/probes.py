@@ -1,18 +1,108 @@
-"""A minimal HTTP endpoint for processes without a web framework (relay, workers, recovery):
-`/healthz` (alive), `/readyz` (dependencies reachable) and `/metrics` (Prometheus)."""
+"""Readiness, and a minimal HTTP endpoint for processes without a web framework (relay,
+workers, recovery): `/healthz` (alive), `/readyz` (able to do its own job) and `/metrics`.
+
+Ready means able to do the process's own job (SPEC §7): the API needs PostgreSQL only (the
+outbox absorbs a broker outage), a worker its own open consumer, the relay both, recovery
+PostgreSQL. A `Readiness` has *required* checks, which decide, and *reported* ones, which
+are shown in the body and as `san_dependency_up` but never fail the probe.
+
+No check opens a connection per call: the database check borrows a connection from the
+process's pool, broker checks read the state of a connection the process keeps open anyway.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
-ReadinessCheck = Callable[[], Awaitable[bool]]
+UP, DOWN = "up", "down"
+CHECK_TIMEOUT_SECONDS = 3.0
+
+DEPENDENCY_UP = Gauge(
+    "san_dependency_up",
+    "1 when the dependency answered this process's last readiness check",
+    ["dependency"],
+)
+
+# One dependency's state: UP, or DOWN with a short reason.
+State = tuple[str, str | None]
+Check = Callable[[], Awaitable[State]]
+
+
+@dataclass(frozen=True)
+class Report:
+    ready: bool
+    checks: Mapping[str, str]
+    reasons: Mapping[str, str]
+
+    def body(self) -> bytes:
+        document: dict[str, object] = {
+            "status": "ready" if self.ready else "not ready",
+            "checks": dict(self.checks),
+        }
+        if self.reasons:
+            document["reasons"] = dict(self.reasons)
+        return json.dumps(document).encode()
+
+
+class Readiness:
+    def __init__(self, required: Mapping[str, Check], reported: Mapping[str, Check] | None = None):
+        self._required = dict(required)
+        self._reported = dict(reported or {})
+
+    async def __call__(self) -> Report:
+        checks = {**self._required, **self._reported}
+        states = await asyncio.gather(*(_bounded(check) for check in checks.values()))
+        by_name = dict(zip(checks, states, strict=True))
+        for name, (state, _) in by_name.items():
+            DEPENDENCY_UP.labels(name).set(1 if state == UP else 0)
+        return Report(
+            ready=all(by_name[name][0] == UP for name in self._required),
+            checks={name: state for name, (state, _) in by_name.items()},
+            reasons={name: reason for name, (_, reason) in by_name.items() if reason},
+        )
+
+
+async def _bounded(check: Check) -> State:
+    try:
+        return await asyncio.wait_for(check(), CHECK_TIMEOUT_SECONDS)
+    except TimeoutError:
+        return DOWN, "timed out"
+    except Exception as exc:  # a readiness probe reports, it never raises
+        return DOWN, type(exc).__name__
+
+
+def database(engine: AsyncEngine) -> Check:
+    """PostgreSQL answers `SELECT 1` on a pooled connection."""
+
+    async def check() -> State:
+        async with engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        return UP, None
+
+    return check
+
+
+def flag(is_up: Callable[[], bool], reason: str) -> Check:
+    """A state the process already knows (a connection it keeps open, a consumer)."""
+
+    async def check() -> State:
+        return (UP, None) if is_up() else (DOWN, reason)
+
+    return check
+
+
+ReadinessCheck = Callable[[], Awaitable[Report]]
 
 
 class ProbeServer:
@@ -65,12 +155,12 @@ class ProbeServer:
             return "200 OK", "application/json", b'{"status":"ok"}'
         if path == "/readyz":
             try:
-                ok = await asyncio.wait_for(self._ready(), timeout=5)
+                report = await self._ready()
             except Exception:  # a readiness probe reports, it never raises
-                ok = False
-            if ok:
-                return "200 OK", "application/json", b'{"status":"ready"}'
-            return "503 Service Unavailable", "application/json", b'{"status":"not ready"}'
+                log.warning("readiness check failed", exc_info=True)
+                report = Report(False, {}, {"readiness": "check failed"})
+            status = "200 OK" if report.ready else "503 Service Unavailable"
+            return status, "application/json", report.body()
         if path == "/metrics":
             return "200 OK", CONTENT_TYPE_LATEST, generate_latest()
         return "404 Not Found", "application/json", b'{"status":"not found"}'

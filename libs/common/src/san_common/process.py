@@ -7,10 +7,6 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-import aio_pika
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from san_common.logs import configure_service_logging
 from san_common.probes import ProbeServer, ReadinessCheck
 from san_common.settings import ServiceSettings
@@ -24,17 +20,6 @@ def stop_on_signals(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-
-
-def readiness(engine: AsyncEngine, amqp_url: str) -> ReadinessCheck:
-    async def check() -> bool:
-        async with engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-        connection_ = await aio_pika.connect(amqp_url, timeout=3)
-        await connection_.close()
-        return True
-
-    return check
 
 
 async def serve(

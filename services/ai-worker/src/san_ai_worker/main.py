@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
-from san_common import cli
+from san_common import cli, probes
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.dependencies import require_broker, require_database
-from san_common.process import readiness, serve
+from san_common.probes import Readiness
+from san_common.process import serve
 from san_common.settings import load_settings
 from san_common.worker import WorkerRuntime
 
@@ -43,7 +44,13 @@ async def amain(settings: AiWorkerSettings) -> None:
     try:
         await require_database(PROG, engine, settings.database_url)
         await require_broker(PROG, settings.amqp_url)
-        await serve(settings, runtime.run, readiness(engine, settings.amqp_url))
+        ready = Readiness(
+            {
+                "database": probes.database(engine),
+                "consumer": probes.flag(runtime.consuming, "not consuming"),
+            }
+        )
+        await serve(settings, runtime.run, ready)
     finally:
         await github.aclose()
         await ai.aclose()

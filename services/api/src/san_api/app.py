@@ -14,6 +14,11 @@ from san_api.admin.broker import BrokerAdmin
 from san_api.admin.endpoints import router as admin_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
+from san_api.edge import (
+    BodyTimeoutMiddleware,
+    SecurityHeadersMiddleware,
+    UnhandledErrorMiddleware,
+)
 from san_api.errors import install_error_handlers
 from san_api.github.clients import GithubServices
 from san_api.github.endpoints import router as github_router
@@ -27,9 +32,11 @@ from san_api.settings import ApiSettings
 from san_api.til.endpoints import router as til_router
 from san_api.users.cache import ProvisionedUsers
 from san_api.users.endpoints import router as users_router
-from san_common import tracing
+from san_common import probes, tracing
+from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.probes import Readiness
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -45,9 +52,16 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.broker_admin = BrokerAdmin(
             settings.amqp_url, Topology(settings.amqp_prefix), settings.rabbitmq_management_url
         )
+        broker = BrokerMonitor(settings.amqp_url)
+        await broker.start()
+        app.state.readiness = Readiness(
+            required={"database": probes.database(engine)},
+            reported={"broker": probes.flag(broker.is_up, "no open connection")},
+        )
         try:
             yield
         finally:
+            await broker.close()
             await app.state.job_events.aclose()
             if app.state.tokens.jwks is not None:
                 await app.state.tokens.jwks.aclose()
@@ -64,7 +78,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
+    # innermost first: each add_middleware wraps the ones before it
+    app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
+    app.add_middleware(BodyTimeoutMiddleware, seconds=settings.http_body_timeout_seconds)
+    app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware)  # outermost: it sees every other layer
     for router in (
         health.router,

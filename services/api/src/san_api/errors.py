@@ -10,12 +10,25 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import asyncpg
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
+
+# Connection-level failures of PostgreSQL: the database is down, restarting or full. Any
+# other database error (a constraint, bad SQL) is a bug or a domain error, not an outage.
+_DB_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, cannot connect now
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    sqlalchemy.exc.TimeoutError,  # no pooled connection came free in time
+)
+_DB_CLIENT_MODULES = ("asyncpg", "sqlalchemy")
 
 PROBLEM_JSON = "application/problem+json"
 # A hostile body can hold thousands of invalid fields; the answer stays small.
@@ -185,9 +198,45 @@ _STATUS_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
     406: "NOT_ACCEPTABLE",
+    408: "REQUEST_TIMEOUT",
     413: "CONTENT_TOO_LARGE",
     415: "UNSUPPORTED_MEDIA_TYPE",
 }
+
+
+# One title per status, whichever layer refused (the body limit middleware or a route).
+_STATUS_TITLES = {
+    400: ValidationFailed.title,
+    408: "The request took too long to arrive",
+    413: ContentTooLarge.title,
+}
+
+
+def database_unavailable(exc: BaseException) -> str | None:
+    """The user-facing reason when `exc` means PostgreSQL cannot be reached, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, _DB_CONNECTION_ERRORS):
+            return "The database is unavailable; retry later"
+        if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
+            return "The database connection was lost; retry later"
+        if isinstance(current, OSError) and _raised_in_db_client(current):
+            return "The database is unavailable; retry later"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _raised_in_db_client(exc: BaseException) -> bool:
+    """An OSError (refused, no socket file, reset) raised while connecting to PostgreSQL."""
+    tb = exc.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.split(".")[0] in _DB_CLIENT_MODULES:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def problem(
@@ -246,14 +295,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _STATUS_CODES.get(exc.status_code, "HTTP_ERROR")
+        title = _STATUS_TITLES.get(exc.status_code, str(exc.detail))
         # keep the exception's headers, e.g. the `Allow` a 405 must carry (RFC 9110)
-        return problem(
-            request, exc.status_code, code, str(exc.detail), str(exc.detail), headers=exc.headers
-        )
+        return problem(request, exc.status_code, code, title, str(exc.detail), headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return problem(
-            request, 500, "INTERNAL_ERROR", "Internal error", "An unexpected error occurred"
-        )
+    # No handler for Exception here: Starlette runs that one in its outermost layer and then
+    # re-raises, which makes uvicorn drop the keep-alive connection. Unexpected errors and a
+    # lost database are answered by san_api.edge.UnhandledErrorMiddleware instead.

@@ -1,12 +1,17 @@
+"""`/healthz` (alive), `/readyz` (able to accept work), `/metrics`.
+
+The API is ready when PostgreSQL answers: a job and its outbox row are committed together,
+so a broker outage delays publishing, never accepting (SPEC §7). The broker's state is in
+`/readyz`'s body and in `san_dependency_up{dependency="broker"}`, read from the one
+connection the API keeps open for that (`BrokerMonitor`), never from a connection per probe.
+"""
+
 from __future__ import annotations
 
-import asyncio
-
-import aio_pika
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
+
+from san_common.probes import Report
 
 router = APIRouter(tags=["health"])
 
@@ -17,25 +22,16 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
-async def readyz(request: Request) -> JSONResponse:
-    """Ready: the database and the broker are reachable."""
-    checks: dict[str, str] = {}
-    try:
-        async with request.app.state.engine.connect() as connection:
-            await asyncio.wait_for(connection.execute(text("SELECT 1")), timeout=3)
-        checks["database"] = "ok"
-    except Exception as exc:  # a probe reports failures, it never raises them
-        checks["database"] = type(exc).__name__
-    try:
-        connection = await aio_pika.connect(request.app.state.settings.amqp_url, timeout=3)
-        await connection.close()
-        checks["broker"] = "ok"
-    except Exception as exc:
-        checks["broker"] = type(exc).__name__
-    ready = all(v == "ok" for v in checks.values())
-    return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503
+@router.get(
+    "/readyz",
+    responses={503: {"description": "PostgreSQL is unreachable: the API cannot accept work"}},
+)
+async def readyz(request: Request) -> Response:
+    """Ready: PostgreSQL answers. `checks.broker` shows RabbitMQ's state but never fails
+    this probe: the outbox holds jobs while the broker is away."""
+    report: Report = await request.app.state.readiness()
+    return Response(
+        report.body(), status_code=200 if report.ready else 503, media_type="application/json"
     )
 
 

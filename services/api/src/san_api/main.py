@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from san_api import edge
 from san_api.app import create_app
 from san_api.settings import ApiSettings
 from san_common import cli
@@ -45,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             port=settings.api_port,
             log_config=None,
             timeout_graceful_shutdown=20,
+            **edge.server_options(settings),
         )
     finally:
         shutdown_tracing()

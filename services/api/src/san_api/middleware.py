@@ -9,6 +9,7 @@ from prometheus_client import Counter, Histogram
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from san_api.errors import ContentTooLarge
 from san_common import tracing
 
 HTTP_REQUESTS = Counter("san_http_requests_total", "HTTP requests", ["method", "route", "status"])
@@ -66,7 +67,7 @@ class BodyLimitMiddleware:
         body = json.dumps(
             {
                 "type": "https://san.example/problems/content-too-large",
-                "title": "The request body is too large",
+                "title": ContentTooLarge.title,
                 "status": 413,
                 "detail": f"request bodies are limited to {self.max_bytes} bytes",
                 "code": "CONTENT_TOO_LARGE",

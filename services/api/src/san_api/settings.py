@@ -28,6 +28,12 @@ class ApiSettings(GithubAccessSettings):
     )
     scrap_max_bytes: int = Field(default=100_000, ge=1, description="Normalized scrap size limit")
     request_max_bytes: int = Field(default=1_000_000, ge=1024, description="Any request body")
+    # The HTTP edge (san_api.edge, docs/security.md)
+    http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576)
+    http_header_timeout_seconds: float = Field(default=10, gt=0)
+    http_body_timeout_seconds: float = Field(default=30, gt=0)
+    http_keep_alive_seconds: int = Field(default=5, ge=1)
+    http_max_connections: int = Field(default=500, ge=1)
     # Job-creating endpoints (docs/security.md, "Rate limits and quotas")
     rate_limit_enabled: bool = True
     rate_limit_jobs_per_minute: float = Field(

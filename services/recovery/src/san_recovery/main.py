@@ -18,14 +18,11 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from san_common import cli
+from san_common import cli, probes
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.dependencies import require_database
 from san_common.logs import configure_service_logging
-from san_common.probes import ReadinessCheck
+from san_common.probes import Readiness
 from san_common.process import serve
 from san_common.settings import load_settings
 from san_recovery.runner import run_requested, run_sweeps
@@ -100,20 +97,10 @@ async def run_scheduler(settings: RecoverySettings) -> None:
 
     try:
         await require_database(PROG, engine, settings.database_url)
-        await serve(settings, work, _database_ready(engine))
+        # Recovery needs only the database: it publishes through the outbox, never the broker.
+        await serve(settings, work, Readiness({"database": probes.database(engine)}))
     finally:
         await engine.dispose()
-
-
-def _database_ready(engine: AsyncEngine) -> ReadinessCheck:
-    """Recovery needs only the database: it publishes through the outbox, never the broker."""
-
-    async def check() -> bool:
-        async with engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-        return True
-
-    return check
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from san_common import cli
+from san_common import cli, probes
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.dependencies import require_broker, require_database
-from san_common.process import readiness, serve
+from san_common.probes import Readiness
+from san_common.process import serve
 from san_common.settings import load_settings
 from san_relay.relay import Relay
 from san_relay.settings import RelaySettings
@@ -26,7 +27,13 @@ async def amain(settings: RelaySettings) -> None:
         await require_database(PROG, engine, settings.database_url)
         await require_broker(PROG, settings.amqp_url)
         relay = Relay(settings, create_session_factory(engine), Topology(settings.amqp_prefix))
-        await serve(settings, relay.run, readiness(engine, settings.amqp_url))
+        ready = Readiness(
+            {
+                "database": probes.database(engine),
+                "broker": probes.flag(relay.broker_connected, "no open channel"),
+            }
+        )
+        await serve(settings, relay.run, ready)
     finally:
         await engine.dispose()
 

@@ -23,10 +23,16 @@ from datetime import UTC, datetime, timedelta
 
 import aio_pika
 import asyncpg
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractConnection,
+    AbstractExchange,
+    AbstractRobustConnection,
+)
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics, tracing
+from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
 from san_common.db.engine import plain_url
 from san_common.models import OutboxMessage
@@ -53,6 +59,16 @@ class Relay:
         self._exchanges: dict[str, AbstractExchange] = {}
         self._listener: asyncpg.Connection | None = None
         self.ready = asyncio.Event()
+        self._connection: AbstractRobustConnection | None = None
+        self._channel: AbstractChannel | None = None
+
+    def broker_connected(self) -> bool:
+        """Readiness: the publishing connection and channel are open (no new connection)."""
+        return (
+            connection_is_open(self._connection)
+            and self._channel is not None
+            and not self._channel.is_closed
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         connection = await aio_pika.connect_robust(self._settings.amqp_url)
@@ -62,6 +78,7 @@ class Relay:
         try:
             channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
             await declare_topology(channel, self._topology)
+            self._connection, self._channel = connection, channel
             self.ready.set()
             log.info("relay running")
             failures = 0

@@ -32,12 +32,18 @@ from datetime import UTC, datetime, timedelta
 
 import aio_pika
 import httpx
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics, tracing
+from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
 from san_common.errors import PermanentJobError, TransientJobError, cause_chain
 from san_common.jobs import repository as jobs
@@ -96,7 +102,21 @@ class WorkerRuntime:
         self._active: set[uuid.UUID] = set()  # jobs this process is working on
         self._lease = timedelta(seconds=config.lease_seconds)
         self.connected = asyncio.Event()
+        # Readiness hook (deploy): what `consuming()` reads; no probe touches the broker.
+        self._connection: AbstractRobustConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._consuming = False
         metrics.init_worker_series(t.value for t in self._handlers)
+
+    def consuming(self) -> bool:
+        """Ready (SPEC §7): this worker's consumer connection and channel are open and its
+        consumers registered; false while aio_pika reconnects and once draining starts."""
+        return (
+            self._consuming
+            and connection_is_open(self._connection)
+            and self._channel is not None
+            and not self._channel.is_closed
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
@@ -119,8 +139,10 @@ class WorkerRuntime:
                     }
                 },
             )
+            self._connection, self._channel, self._consuming = connection, channel, True
             self.connected.set()
             await stop.wait()
+            self._consuming = False
             log.info("worker draining", extra={"fields": {"in_flight": len(self._inflight)}})
             for queue, tag in consumers:
                 await queue.cancel(tag)

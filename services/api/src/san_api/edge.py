@@ -1,0 +1,261 @@
+"""The HTTP edge: what the server accepts and what every answer carries (docs/security.md).
+
+- `server_options(settings)`: uvicorn with the h11 parser (header size limited by
+  `HTTP_MAX_HEADER_BYTES`; the httptools parser has no limit at all), a time limit on
+  receiving a request's headers (`HTTP_HEADER_TIMEOUT_SECONDS`, which also closes a
+  connection that never sends a request), a cap on open connections
+  (`HTTP_MAX_CONNECTIONS`, 503 beyond it) and no `server` banner.
+- `BodyTimeoutMiddleware`: a request body must arrive within `HTTP_BODY_TIMEOUT_SECONDS` of
+  the request's start (408, connection closed), whatever pace it drips at.
+- `SecurityHeadersMiddleware`: nosniff, no referrer, no framing, `Cache-Control: no-store`
+  unless a route chose its own, and a CSP (pages: own scripts only; anything else: none).
+- `UnhandledErrorMiddleware`: an unexpected exception becomes a 500 problem (a lost
+  database a 503 with `Retry-After`) *answered here*, so the connection stays usable;
+  Starlette's own last-resort handler re-raises, which makes uvicorn drop the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import h11
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
+
+from san_api.errors import PROBLEM_JSON, database_unavailable
+from san_api.settings import ApiSettings
+
+log = logging.getLogger(__name__)
+
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self'; connect-src 'self'; worker-src 'self' blob:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+DATA_CSP = "default-src 'none'; frame-ancestors 'none'"
+_ALWAYS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+
+
+def server_options(settings: ApiSettings) -> dict[str, Any]:
+    """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (the API's edge limits)."""
+    return {
+        "http": edge_protocol(settings.http_header_timeout_seconds),
+        "h11_max_incomplete_event_size": settings.http_max_header_bytes,
+        "limit_concurrency": settings.http_max_connections,
+        "timeout_keep_alive": settings.http_keep_alive_seconds,
+        "server_header": False,
+        "ws": "none",
+    }
+
+
+def edge_protocol(header_timeout: float) -> type[H11Protocol]:
+    class EdgeH11Protocol(H11Protocol):
+        """uvicorn's h11 protocol with a deadline for a request's headers: it runs from the
+        connection's start, or from the first byte of a keep-alive connection's next
+        request, until the headers are complete (uvicorn itself only times idle keep-alive
+        connections, so a request whose headers never end stayed open forever)."""
+
+        def __init__(
+            self,
+            config: Config,
+            server_state: ServerState,
+            app_state: dict[str, Any],
+            _loop: asyncio.AbstractEventLoop | None = None,
+        ) -> None:
+            super().__init__(config, server_state, app_state, _loop)
+            self._header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_header_timer()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is h11.IDLE:
+                self._arm_header_timer()
+            else:
+                self._disarm_header_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_header_timer()
+            super().connection_lost(exc)
+
+        def _arm_header_timer(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            self._disarm_header_timer()  # the keep-alive timer takes over while idle
+            super().on_response_complete()
+
+    return EdgeH11Protocol
+
+
+class _BodyTooSlow(HTTPException):
+    """An HTTPException so that FastAPI's body reader re-raises it as is."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            408,
+            f"the request body did not arrive within {seconds:g} seconds",
+            headers={"Connection": "close"},
+        )
+
+
+class BodyTimeoutMiddleware:
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        deadline = time.monotonic() + self.seconds
+        complete = False
+        started = False
+
+        async def timed_receive() -> Message:
+            nonlocal complete
+            if complete:  # after the body, receive() waits for a disconnect: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise _BodyTooSlow(self.seconds) from None
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, tracking_send)
+        except _BodyTooSlow as exc:
+            if not started:
+                await send_problem(send, scope, 408, "REQUEST_TIMEOUT", str(exc.detail), close=True)
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"server"]
+                present = {k.lower() for k, _ in headers}
+                html = any(
+                    k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers
+                )
+                extra = [(k, v) for k, v in _ALWAYS if k not in present]
+                if b"cache-control" not in present:
+                    extra.append((b"cache-control", b"no-store"))
+                if b"content-security-policy" not in present:
+                    extra.append(
+                        (b"content-security-policy", (PAGE_CSP if html else DATA_CSP).encode())
+                    )
+                message = {**message, "headers": headers + extra}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class UnhandledErrorMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise  # a half-sent answer cannot be mended; uvicorn closes the connection
+            unavailable = database_unavailable(exc)
+            if unavailable is not None:
+                log.warning("database unavailable: %s", type(exc).__name__)
+                await send_problem(
+                    send,
+                    scope,
+                    503,
+                    "DATABASE_UNAVAILABLE",
+                    unavailable,
+                    headers=[(b"retry-after", b"5")],
+                )
+                return
+            log.exception("unhandled error")
+            await send_problem(send, scope, 500, "INTERNAL_ERROR", "An unexpected error occurred")
+
+
+_TITLES = {
+    408: "The request took too long to arrive",
+    500: "Internal error",
+    503: "The database is unavailable; retry later",
+}
+
+
+async def send_problem(
+    send: Send,
+    scope: Scope,
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    close: bool = False,
+) -> None:
+    body = json.dumps(
+        {
+            "type": f"https://san.example/problems/{code.lower().replace('_', '-')}",
+            "title": _TITLES[status],
+            "status": status,
+            "detail": detail,
+            "code": code,
+            "instance": scope.get("path", ""),
+        }
+    ).encode()
+    response_headers = [
+        (b"content-type", PROBLEM_JSON.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *(headers or []),
+        *([(b"connection", b"close")] if close else []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": response_headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,355 @@
+"""The HTTP edge over real sockets: a lost database answers 503 and the same keep-alive
+connection works once it is back; a 500 keeps the connection; security headers on every
+answer and no server banner; oversized and unfinished headers and slow bodies are refused
+or closed within the configured limits while the API's memory stays bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from san_api import edge
+from san_api.app import create_app
+from san_api.auth.tokens import mint
+from san_api.settings import ApiSettings
+from san_common.db.engine import plain_url
+from san_common.db.migrate import upgrade
+from tests import infra
+from tests.api.support import PROBLEM_JSON, over_http
+from tests.conftest import JWT_SECRET, TOKEN_KEYS, api_settings
+from tests.faults.postgres import DedicatedPostgres, dedicated_postgres
+from tests.procs import ServiceProcess, start, wait_healthy
+from tests.waiting import eventually
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Connection:
+    """One HTTP/1.1 keep-alive connection, driven by hand (so the test knows it is one)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, base_url: str) -> Connection:
+        host, port = base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer)
+
+    async def request(
+        self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> Answer:
+        lines = [f"{method} {path} HTTP/1.1", "Host: api"]
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        if body:
+            lines.append(f"Content-Length: {len(body)}")
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        await self.writer.drain()
+        return await asyncio.wait_for(self.answer(), 60)
+
+    async def answer(self) -> Answer:
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionError("the server closed the connection")
+        headers: dict[str, str] = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        return Answer(int(status_line.split()[1]), headers, body)
+
+    async def closed_by_server(self) -> bool:
+        """True once the server has closed its end (EOF or a reset)."""
+        try:
+            return await asyncio.wait_for(self.reader.read(65536), 0.2) == b""
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            return True
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+def _bearer(subject: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint(JWT_SECRET, subject)}"}
+
+
+@contextlib.asynccontextmanager
+async def served(settings: ApiSettings, **routes: Callable[[], Any]) -> AsyncIterator[str]:
+    app = create_app(settings)
+    for path, endpoint in routes.items():
+        app.add_api_route(f"/{path}", endpoint, include_in_schema=False)
+    async with over_http(app, **edge.server_options(settings)) as url:
+        yield url
+
+
+# -- the database goes away ------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[DedicatedPostgres]:
+    """A server of this test's own: stopping it touches nobody else's tests."""
+    with dedicated_postgres(max_connections=50) as server:
+        yield server
+
+
+async def test_database_down_is_503_and_the_same_connection_works_when_it_is_back(
+    own_postgres: DedicatedPostgres, amqp_url: str
+) -> None:
+    name = infra.unique_name("san_outage")
+    admin = await asyncpg.connect(plain_url(own_postgres.url))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    db_url = infra.with_database(own_postgres.url, name)
+    await asyncio.to_thread(upgrade, db_url)
+    user = _bearer("outage-" + uuid.uuid4().hex)
+
+    async with served(api_settings(db_url, amqp_url)) as url:
+        connection = await Connection.open(url)
+        try:
+            assert (await connection.request("GET", "/me", user)).status == 200
+            await asyncio.to_thread(own_postgres.stop_fast)
+            for method, path, body in (
+                ("GET", "/me", b""),
+                ("POST", "/scraps", b'{"content": "while the database is down"}'),
+            ):
+                headers = {**user, "Content-Type": "application/json"}
+                down = await connection.request(method, path, headers, body)
+                assert down.status == 503, down.body
+                assert down.headers["content-type"] == PROBLEM_JSON
+                assert int(down.headers["retry-after"]) >= 1
+                assert down.json()["code"] == "DATABASE_UNAVAILABLE"
+                assert "asyncpg" not in down.body.decode() and name not in down.body.decode()
+            await asyncio.to_thread(own_postgres.start)
+            back = await connection.request("GET", "/me", user)
+            assert back.status == 200, back.body
+        finally:
+            await connection.aclose()
+
+
+# -- answers --------------------------------------------------------------------------------
+
+
+def _boom() -> None:
+    raise RuntimeError("a bug with a secret path /srv/internal/secret.txt")
+
+
+async def test_a_500_keeps_the_connection_and_says_nothing_inside(
+    db_url: str, amqp_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with served(api_settings(db_url, amqp_url), boom=_boom) as url:
+        connection = await Connection.open(url)
+        try:
+            failed = await connection.request("GET", "/boom")
+            assert failed.status == 500
+            assert failed.headers["content-type"] == PROBLEM_JSON
+            assert failed.json()["code"] == "INTERNAL_ERROR"
+            assert b"secret" not in failed.body
+            assert (await connection.request("GET", "/healthz")).status == 200
+        finally:
+            await connection.aclose()
+    assert "secret.txt" in caplog.text  # the log has the cause
+
+
+async def test_every_answer_has_security_headers_and_no_server_banner(
+    db_url: str, amqp_url: str
+) -> None:
+    settings = api_settings(db_url, amqp_url, request_max_bytes=2048)
+    user = _bearer("headers-" + uuid.uuid4().hex)
+    async with served(settings) as url:
+        connection = await Connection.open(url)
+        try:
+            answers = {
+                "json": await connection.request("GET", "/me", user),
+                "401": await connection.request("GET", "/me"),
+                "404": await connection.request("GET", "/no-such-route"),
+                "413": await connection.request(
+                    "POST", "/scraps", {**user, "Content-Type": "application/json"}, b"x" * 4096
+                ),
+            }
+        finally:
+            await connection.aclose()
+        assert [a.status for a in answers.values()] == [200, 401, 404, 413]
+        for what, answer in answers.items():
+            assert "server" not in answer.headers, what
+            assert answer.headers["x-content-type-options"] == "nosniff", what
+            assert answer.headers["referrer-policy"] == "no-referrer", what
+            assert answer.headers["x-frame-options"] == "DENY", what
+            assert answer.headers["cache-control"] == "no-store", what
+            assert answer.headers["content-security-policy"] == edge.DATA_CSP, what
+        assert answers["413"].json()["title"] == "The content is too large"
+
+
+async def test_the_two_413_answers_have_one_title(db_url: str, amqp_url: str) -> None:
+    """Declared too large (refused before reading) and found too large while reading."""
+    settings = api_settings(db_url, amqp_url, request_max_bytes=2048)
+    user = _bearer("big-" + uuid.uuid4().hex)
+    async with served(settings) as url:
+        connection = await Connection.open(url)
+        try:
+            declared = await connection.request(
+                "POST", "/scraps", {**user, "Content-Type": "application/json"}, b"x" * 4096
+            )
+        finally:
+            await connection.aclose()
+        chunked = await Connection.open(url)
+        try:
+            lines = ["POST /scraps HTTP/1.1", "Host: api", "Transfer-Encoding: chunked"]
+            lines += [f"{k}: {v}" for k, v in user.items()] + ["Content-Type: application/json"]
+            chunk = b"x" * 1500
+            body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(3)) + b"0\r\n\r\n"
+            chunked.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+            streamed = await asyncio.wait_for(chunked.answer(), 60)
+        finally:
+            await chunked.aclose()
+    assert declared.status == streamed.status == 413
+    assert declared.json()["title"] == streamed.json()["title"] == "The content is too large"
+    assert declared.json()["code"] == streamed.json()["code"] == "CONTENT_TOO_LARGE"
+
+
+async def test_connections_beyond_the_cap_are_refused_with_503(db_url: str, amqp_url: str) -> None:
+    settings = api_settings(db_url, amqp_url, http_max_connections=3)
+    async with served(settings) as url:
+        idle = [await Connection.open(url) for _ in range(3)]
+        extra = await Connection.open(url)
+        try:
+            assert (await extra.request("GET", "/healthz")).status == 503
+        finally:
+            for connection in [*idle, extra]:
+                await connection.aclose()
+        assert (await _fresh_get(url, "/healthz")).status == 200
+
+
+async def _fresh_get(url: str, path: str) -> Answer:
+    connection = await Connection.open(url)
+    try:
+        return await connection.request("GET", path)
+    finally:
+        await connection.aclose()
+
+
+# -- hostile clients, against the real `san-api` process --------------------------------------
+
+HEADER_TIMEOUT, BODY_TIMEOUT = 1, 2
+
+
+@pytest.fixture
+def api_process(db_url: str, amqp_url: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
+    port = infra.free_port()
+    env = {
+        "DATABASE_URL": db_url,
+        "AMQP_URL": amqp_url,
+        "AUTH_JWT_SECRET": JWT_SECRET,
+        "TOKEN_ENCRYPTION_KEYS": TOKEN_KEYS,
+        "API_PORT": str(port),
+        "SAN_ENV": "test",
+        "DATA_DIR": str(tmp_path / "data"),
+        "HTTP_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
+        "HTTP_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+    }
+    process: ServiceProcess = start("api", env, tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, process, timeout=120)  # a loaded machine starts slowly
+        yield url, process.popen.pid
+    finally:
+        process.terminate()
+    assert "Traceback" not in process.log(), process.log()[-3000:]
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def _send_huge_header(url: str, size: int) -> bytes:
+    """Send `size` bytes of one header; what the server answered before it closed."""
+    connection = await Connection.open(url)
+    try:
+        connection.writer.write(b"GET /healthz HTTP/1.1\r\nHost: api\r\nX-Huge: ")
+        chunk = b"a" * 65536
+        with contextlib.suppress(ConnectionError):
+            for _ in range(size // len(chunk)):
+                connection.writer.write(chunk)
+                await connection.writer.drain()
+        with contextlib.suppress(ConnectionError):
+            return await asyncio.wait_for(connection.reader.read(), 30)
+        return b""
+    finally:
+        await connection.aclose()
+
+
+async def test_hostile_headers_and_bodies_are_cut_off_and_memory_stays_bounded(
+    api_process: tuple[str, int],
+) -> None:
+    url, pid = api_process
+    assert (await _fresh_get(url, "/healthz")).status == 200
+    before = _rss_bytes(pid)
+
+    # four 32 MB headers at once: refused (400) once past HTTP_MAX_HEADER_BYTES, closed
+    answers = await asyncio.gather(*(_send_huge_header(url, 32 * 1024 * 1024) for _ in range(4)))
+    for answer in answers:
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 400"), answer[:200]
+
+    # headers that never end, and a connection that never sends a request
+    unfinished = [await Connection.open(url) for _ in range(20)]
+    for n, connection in enumerate(unfinished):
+        if n % 2:
+            connection.writer.write(b"GET /healthz HTTP/1.1\r\nHost: api\r\nX-Slow: ")
+            await connection.writer.drain()
+    # bodies that drip: a byte now and then, far slower than the body timeout allows
+    slow = [await Connection.open(url) for _ in range(10)]
+    user = _bearer("slow-" + uuid.uuid4().hex)
+    for connection in slow:
+        head = ["POST /scraps HTTP/1.1", "Host: api", "Content-Type: application/json"]
+        head += [f"{k}: {v}" for k, v in user.items()] + ["Content-Length: 1000", "", ""]
+        connection.writer.write("\r\n".join(head).encode() + b'{"content": "')
+        await connection.writer.drain()
+
+    async def all_closed(connections: list[Connection]) -> bool:
+        states = [await c.closed_by_server() for c in connections]
+        return all(states)
+
+    try:
+        # generous deadlines: the limits are 1 s and 2 s; a loaded machine may be slower
+        await eventually(
+            lambda: all_closed(unfinished), within=30, what="unfinished headers to be closed"
+        )
+        answers_408 = []
+        for connection in slow:
+            answer = await asyncio.wait_for(connection.answer(), 30)
+            answers_408.append((answer.status, answer.json()["code"]))
+        assert answers_408 == [(408, "REQUEST_TIMEOUT")] * len(slow)
+        await eventually(lambda: all_closed(slow), within=30, what="slow bodies to be closed")
+    finally:
+        for connection in [*unfinished, *slow]:
+            await connection.aclose()
+
+    assert (await _fresh_get(url, "/healthz")).status == 200
+    after = _rss_bytes(pid)
+    # 4 x 32 MB of headers were sent: a server that buffered them would grow by 128 MB
+    assert after - before < 24 * 1024 * 1024, (before, after)

@@ -1,0 +1,99 @@
+"""A TCP proxy on loopback in front of a real server, for broker outages that concern one
+test only (the machine's RabbitMQ is shared: stopping it would break every other run).
+
+`cut()` refuses new connections and aborts the open ones, as a stopped broker would;
+`restore()` listens again on the same port. `accepted` counts the connections clients
+opened through it, which is how a test sees whether a probe connects per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from tests import infra
+
+
+class TcpProxy:
+    def __init__(self, upstream_url: str) -> None:
+        parts = urlsplit(upstream_url)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5672)
+        self._url = parts
+        self.port = infra.free_port()
+        self.accepted = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        """The upstream URL with this proxy as its host and port."""
+        credentials = self._url.netloc.rpartition("@")[0]
+        netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
+        return urlunsplit(self._url._replace(netloc=netloc))
+
+    def __enter__(self) -> TcpProxy:
+        self._thread.start()
+        self.restore()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.cut()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        for task in asyncio.all_tasks(self._loop):  # pipes of connections already aborted
+            task.cancel()
+        self._loop.run_until_complete(asyncio.sleep(0))
+        self._loop.close()
+
+    def cut(self) -> None:
+        self._call(self._cut())
+
+    def restore(self) -> None:
+        self._call(self._listen())
+
+    def _call(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
+
+    async def _listen(self) -> None:
+        if self._server is None:
+            self._server = await asyncio.start_server(
+                self._handle, "127.0.0.1", self.port, reuse_address=True
+            )
+
+    async def _cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._open):
+            writer.transport.abort()
+        self._open.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._open |= {writer, up_writer}
+        await asyncio.gather(
+            _pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True
+        )
+        for end in (writer, up_writer):
+            self._open.discard(end)
+            end.transport.abort()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.transport.abort()
