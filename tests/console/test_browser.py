@@ -69,6 +69,7 @@ def browser() -> AsyncIterator[WebDriver]:
         "--window-size=1400,1000",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         yield driver  # type: ignore[misc]
@@ -247,6 +248,9 @@ async def drive_the_console(page: Page, job_id: uuid.UUID, topology: Topology) -
     await page.open("/admin/audit")
     await page.until("the audit log", lambda d: "job.retry" in d.find_element(By.ID, "audit").text)
     await page.shot("09-audit")
+    logs = await page.call(page.driver.get_log, "browser")
+    refused = [e["message"] for e in logs if "Content Security Policy" in e["message"]]
+    assert not refused, refused  # the console runs under the API's strict page CSP
     for name in (
         "01-login",
         "02-overview",
