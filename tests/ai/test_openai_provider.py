@@ -304,22 +304,18 @@ async def test_embedding_request_and_answer(ai: FakeAiServer, provider: AiProvid
     assert vector == FakeAiServer.embedding_for("hello world", 1536)
 
 
-async def test_shorter_embeddings_are_zero_padded(ai: FakeAiServer, provider: AiProvider) -> None:
+async def test_shorter_embeddings_fail_the_job(ai: FakeAiServer, provider: AiProvider) -> None:
+    """No zero-padding: another model's vector is not comparable with the stored ones."""
     ai.embedding_dimensions = 768
 
-    vector = await provider.embed("hello world")
-
-    assert len(vector) == 1536
-    assert vector[:768] == FakeAiServer.embedding_for("hello world", 768)
-    assert vector[768:] == [0.0] * 768
+    with pytest.raises(PermanentJobError, match=r"^embedding has 768 dimensions, expected 1536"):
+        await provider.embed("hello world")
 
 
 async def test_longer_embeddings_fail_the_job(ai: FakeAiServer, provider: AiProvider) -> None:
     ai.fault = "wrong_dimension"
 
-    with pytest.raises(
-        PermanentJobError, match=r"^embedding has 2048 dimensions, expected at most 1536$"
-    ):
+    with pytest.raises(PermanentJobError, match=r"^embedding has 2048 dimensions, expected 1536"):
         await provider.embed("hello world")
 
 
@@ -345,7 +341,7 @@ async def test_embedding_faults_are_transient(
 @pytest.mark.parametrize(
     ("embedding", "error", "message"),
     [
-        ([], PermanentJobError, "embedding is empty"),
+        ([], PermanentJobError, "embedding has 0 dimensions, expected 1536"),
         ([0.1, "x"], TransientJobError, "not a list of numbers"),
         ([0.1, True], TransientJobError, "not a list of numbers"),
         ("0.1,0.2", TransientJobError, "not a list of numbers"),

@@ -93,6 +93,6 @@ async def test_til_commit_through_the_github_worker_process(
     assert worker.terminate() == 0
     assert "til_github_commit" in worker.log()  # it consumed its own queue …
     assert "card_analysis" not in worker.log()  # … and only that one
-    assert "transient failure, retrying" in worker.log()  # the lost answer was retried
+    assert "job retry" in worker.log()  # the lost answer was retried
     for process in stack.processes:
         assert token not in process.log(), f"the token reached the {process.name} log"

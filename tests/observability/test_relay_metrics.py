@@ -56,16 +56,31 @@ async def test_backlog_and_oldest_age_follow_the_unpublished_rows(
                     body={},
                     headers={},
                     created_at=created_at,
+                    available_at=created_at,
                     published_at=published_at,
                 )
             )
+        # Scheduled for later (a retry): not backlog yet.
+        await session.execute(
+            insert(OutboxMessage).values(
+                message_id=uuid.uuid4(),
+                exchange="jobs",
+                routing_key="CARD_ANALYSIS",
+                body={},
+                headers={},
+                created_at=now - timedelta(hours=2),
+                available_at=now + timedelta(hours=1),
+            )
+        )
     await observer.observe_outbox()
     assert sample("san_outbox_backlog") == 2
     oldest = sample("san_outbox_oldest_unpublished_age_seconds")
     assert oldest is not None and 120 <= oldest < 180
 
     async with sessions() as session, session.begin():
-        await session.execute(update(OutboxMessage).values(published_at=now))
+        await session.execute(
+            update(OutboxMessage).where(OutboxMessage.available_at <= now).values(published_at=now)
+        )
     await observer.observe_outbox()
     assert sample("san_outbox_backlog") == 0
     assert sample("san_outbox_oldest_unpublished_age_seconds") == 0

@@ -29,7 +29,7 @@ async def sweep(seed: Seed, which: Sweep, policy: Policy = POLICY) -> SweepRepor
 
 def counts(report: SweepReport) -> dict[str, tuple[int, int, int]]:
     """job type → (found, registered, given up)"""
-    return {t.value: (c.found, c.registered, c.given_up) for t, c in report.tally.by_type.items()}
+    return {str(t): (c.found, c.registered, c.given_up) for t, c in report.tally.by_type.items()}
 
 
 async def test_ghost_sweep_fails_and_reregisters_lost_and_dead_jobs(seed: Seed) -> None:

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import date, datetime, time, timedelta
-from typing import Any, ClassVar
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import select
 
-from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
-from san_common.errors import PermanentJobError
-from san_common.jobs.types import JobType
 from san_common.models import (
-    AsyncJob,
     DailySummary,
     RecallQuiz,
     RecallQuizGeneration,
@@ -26,7 +20,6 @@ from san_common.models import (
 )
 from san_common.til import QuizStarted, TilStarted, start_quiz_generation, start_til_generation
 from tests.api.support import Sessions
-from tests.running import worker_and_relay
 from tests.til.conftest import Worker
 from tests.til.support import TestUser, add_card, at_noon, days_ago, make_user
 from tests.waiting import settled_job
@@ -255,38 +248,3 @@ async def test_a_day_without_cards_at_processing_time_fails_both_jobs(worker: Wo
     assert summary.status == "FAILED" and summary.til_markdown is None
     assert (await _generation(sessions, quizzes.generation_id)).status == "FAILED"
     assert len(worker.ai.requests) == ai_calls  # failed in `load`, before any AI call
-
-
-class _BrokenHook:
-    """Fails its job, and its failure hook fails too."""
-
-    job_type: ClassVar[JobType] = JobType.TIL_GENERATION
-
-    async def load(self, session: AsyncSession, job: AsyncJob) -> None:
-        return None
-
-    async def run(self, job: AsyncJob, payload: None) -> None:
-        raise PermanentJobError("the job itself failed")
-
-    async def store(self, session: AsyncSession, job: AsyncJob, result: None) -> None:
-        raise AssertionError("never reached")
-
-    async def on_failure(self, session: AsyncSession, job: AsyncJob, reason: str) -> None:
-        await session.execute(text("SELECT 1 / 0"))  # a database error inside the hook
-
-
-async def test_a_broken_failure_hook_still_leaves_the_job_failed(
-    fresh_db_url: str, amqp_url: str, topology: Topology
-) -> None:
-    engine = create_engine(fresh_db_url, pool_size=4)
-    sessions = create_session_factory(engine)
-    try:
-        user = await make_user(sessions)
-        handlers = {JobType.TIL_GENERATION: _BrokenHook()}
-        async with worker_and_relay(sessions, fresh_db_url, amqp_url, topology, handlers):
-            started = await _start_til(sessions, user, days_ago(2))
-            job = await settled_job(sessions, started.job_id)
-        assert job.status == "FAILED"
-        assert job.error_message == "TIL_GENERATION failed: the job itself failed"
-    finally:
-        await engine.dispose()

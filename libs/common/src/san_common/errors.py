@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 _SECRET_PATTERNS = [
     re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{10,}|github_pat_[A-Za-z0-9_]{10,})"),
@@ -14,7 +17,10 @@ MAX_ERROR_MESSAGE = 4000
 
 
 class JobFailure(Exception):
-    """Base of failures a handler raises on purpose."""
+    """Base of failures a handler raises on purpose. `checkpoint`, when set, is a partial
+    result (a JSON object) the runtime keeps for the job's next try (`job.checkpoint`)."""
+
+    checkpoint: dict[str, object] | None = None
 
 
 class PermanentJobError(JobFailure):
@@ -55,3 +61,130 @@ def cause_chain(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:
             None if current.__suppress_context__ else current.__context__
         )
     return redact(": ".join(parts), secrets)[:MAX_ERROR_MESSAGE]
+
+
+# -- database connection loss -------------------------------------------------------------
+
+# SQLSTATEs that mean "this connection (or the server) is going away", not "your query is
+# wrong": class 08 (connection exception), 57P01 admin shutdown (pg_terminate_backend, fast
+# shutdown), 57P02 crash shutdown, 57P03 cannot connect now (starting up / shutting down).
+_CONNECTION_SQLSTATES = ("57P01", "57P02", "57P03")
+_CONNECTION_PHRASES = (
+    "shutting down",
+    "connection is closed",
+    "connection was closed",
+    "terminating connection",
+    "the database system is starting up",
+    "connection refused",
+    "connection reset",
+)
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """True when `exc` (raised by a database call) means the connection or the server went
+    away: asyncpg's ConnectionDoesNotExistError / CannotConnectNowError /
+    AdminShutdownError, "the database system is shutting down", SQLAlchemy's DBAPIError with
+    `connection_invalidated`, OperationalError / InterfaceError, pool timeouts, and OSError
+    from the driver. Follows causes, since SQLAlchemy wraps the driver's exception.
+
+    Call it only for exceptions out of a database call: the same OSError from a handler's
+    HTTP call is that call's failure, not an outage (the executor classifies by where)."""
+    from sqlalchemy import exc as sa_exc
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return True
+        if isinstance(
+            current,
+            sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError | OSError,
+        ):
+            return True
+        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(sqlstate, str) and (
+            sqlstate.startswith("08") or sqlstate in _CONNECTION_SQLSTATES
+        ):
+            return True
+        if type(current).__module__.startswith("asyncpg") and type(current).__name__ in (
+            "ConnectionDoesNotExistError",
+            "CannotConnectNowError",
+            "AdminShutdownError",
+            "CrashShutdownError",
+            "ConnectionFailureError",
+            "InterfaceError",
+            "InternalClientError",
+        ):
+            return True
+        text = str(current).lower()
+        if any(phrase in text for phrase in _CONNECTION_PHRASES):
+            return True
+        orig = getattr(current, "orig", None)
+        current = (
+            orig
+            if isinstance(orig, BaseException) and id(orig) not in seen
+            else current.__cause__ or current.__context__
+        )
+    return False
+
+
+# -- what the job's owner sees --------------------------------------------------------------
+
+MAX_ERROR_SUMMARY = 300
+
+
+class Stage:
+    """Where a try failed; part of the summary the job's owner sees."""
+
+    LOAD = "reading the job's data"
+    CALL = "the external call"
+    STORE = "storing the result"
+    WORKER = "the worker"
+
+
+def summarize(exc: BaseException, stage: str, *, retrying: bool = False) -> str:
+    """A short, sanitized account of a failed try for the job's owner (`error_summary`):
+    what kind of failure, the upstream HTTP status and which call when known, where it
+    happened — never the upstream's body, host names, paths or secrets (those stay in
+    `error_message` and the logs, for operators)."""
+    kind, status, call = _describe(exc)
+    parts = [kind]
+    if call:
+        parts.append(f"during {call}")
+    elif stage:
+        parts.append(f"during {stage}")
+    if status is not None:
+        parts.append(f"(upstream status {status})")
+    text = " ".join(parts)
+    if retrying:
+        text += "; will retry"
+    return text[:MAX_ERROR_SUMMARY]
+
+
+def _describe(exc: BaseException) -> tuple[str, int | None, str | None]:
+    status = _find_attr(exc, "status", int) or _find_attr(exc, "status_code", int)
+    call = _find_attr(exc, "call", str)
+    if isinstance(exc, PermanentJobError):
+        kind = _find_attr(exc, "public_reason", str) or "permanent failure"
+    elif isinstance(exc, TransientJobError):
+        kind = "rate limited" if exc.retry_after is not None else "temporary failure"
+    elif isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+        kind = "timed out"
+    elif isinstance(exc, OSError | ConnectionError):
+        kind = "connection failed"
+    else:
+        kind = "internal error"
+    return kind, status, call
+
+
+def _find_attr(exc: BaseException, name: str, kind: type[_T]) -> _T | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        value = getattr(current, name, None)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            return value
+        current = current.__cause__ or current.__context__
+    return None

@@ -21,18 +21,20 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.registration import TransactionRequired, register_job_in_transaction
+from san_common.jobs.registration import (
+    TransactionRequired,
+    lock_user,
+    register_job_in_transaction,
+)
+from san_common.jobs.registry import TIL_USER_LOCK
 from san_common.jobs.types import ACTIVE_STATUSES, JobType
 from san_common.models import AsyncJob, DailySummary, RecallQuizGeneration, User
 
 QUIZ_TYPES: Final = ("OX", "SHORT_ANSWER")
-
-# Namespaces the advisory lock key, so no other lock on a user id collides with it.
-_TIL_LOCK_NAMESPACE = "san.til:"
 
 
 class TilInProgress(Exception):
@@ -101,14 +103,10 @@ async def start_til_generation(
 async def lock_user_tils(session: AsyncSession, user_id: uuid.UUID) -> None:
     """Wait for, then hold until the end of the caller's transaction, the user's TIL lock.
 
-    Anything else that registers TIL_GENERATION for a user (e.g. a recovery re-registration)
-    should take it too, so the one-active-TIL-job-per-user rule holds. Keys are 64-bit
-    hashes: a collision only makes two users' TIL requests wait for each other.
+    `register_job_in_transaction` takes it for every TIL_GENERATION registration (the
+    registry declares it), so a recovery re-registration waits for a running `POST /til`.
     """
-    await session.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-        {"key": f"{_TIL_LOCK_NAMESPACE}{user_id}"},
-    )
+    await lock_user(session, TIL_USER_LOCK, user_id)
 
 
 async def start_quiz_generation(

@@ -172,16 +172,6 @@ async def cards_created_between(
     return [DayCard(id_, title, summary, cat, tags[id_]) for id_, title, summary, cat in rows]
 
 
-async def set_summary_status(
-    session: AsyncSession, summary_id: uuid.UUID, status: str, error: str | None = None
-) -> None:
-    await session.execute(
-        update(DailySummary)
-        .where(DailySummary.id == summary_id)
-        .values(status=status, error_message=error, updated_at=func.now())
-    )
-
-
 async def complete_summary(
     session: AsyncSession,
     summary_id: uuid.UUID,
@@ -191,7 +181,8 @@ async def complete_summary(
     embedding: Sequence[float],
     card_ids: Sequence[uuid.UUID],
 ) -> bool:
-    """Store the document and replace its source cards; False if the row is gone."""
+    """Store the document and replace its source cards; False if the row is gone. (Its
+    status is the runtime's to write, with the job's: registry `Mirror`.)"""
     updated = await session.scalar(
         update(DailySummary)
         .where(DailySummary.id == summary_id)
@@ -199,8 +190,6 @@ async def complete_summary(
             title=title,
             til_markdown=til_markdown,
             embedding=list(embedding),
-            status="COMPLETED",
-            error_message=None,
             completed_at=func.now(),
             updated_at=func.now(),
         )
@@ -224,26 +213,14 @@ async def complete_summary(
     return True
 
 
-async def set_generation_status(
-    session: AsyncSession, generation_id: uuid.UUID, status: str, error: str | None = None
-) -> None:
-    await session.execute(
-        update(RecallQuizGeneration)
-        .where(RecallQuizGeneration.id == generation_id)
-        .values(status=status, error_message=error, updated_at=func.now())
-    )
-
-
 async def complete_generation(
     session: AsyncSession, generation_id: uuid.UUID, quizzes: Sequence[NewQuiz]
 ) -> bool:
-    """Replace the generation's quizzes (positions 1…n) and mark it COMPLETED."""
+    """Replace the generation's quizzes (positions 1…n). (Its status is the runtime's.)"""
     updated = await session.scalar(
         update(RecallQuizGeneration)
         .where(RecallQuizGeneration.id == generation_id)
-        .values(
-            status="COMPLETED", error_message=None, completed_at=func.now(), updated_at=func.now()
-        )
+        .values(completed_at=func.now(), updated_at=func.now())
         .returning(RecallQuizGeneration.id)
     )
     if updated is None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from san_common.crypto import TokenCipher
 from san_common.github import GithubClient
-from san_common.jobs.types import JobType
 from san_common.worker import JobHandler
 from san_github_worker.locks import UserLocks
 from san_github_worker.til_commit import TilGithubCommitHandler
@@ -12,6 +13,6 @@ from san_github_worker.til_commit import TilGithubCommitHandler
 
 def build_handlers(
     github: GithubClient, cipher: TokenCipher, locks: UserLocks
-) -> dict[JobType, JobHandler]:
-    handlers: list[JobHandler] = [TilGithubCommitHandler(github, cipher, locks)]
-    return {h.job_type: h for h in handlers}
+) -> dict[str, JobHandler[Any, Any]]:
+    handlers: list[JobHandler[Any, Any]] = [TilGithubCommitHandler(github, cipher, locks)]
+    return {str(h.job_type): h for h in handlers}

@@ -27,14 +27,6 @@ async def summary_date(session: AsyncSession, summary_id: uuid.UUID) -> date | N
     )
 
 
-async def mark_processing(session: AsyncSession, commit_id: uuid.UUID) -> None:
-    await session.execute(
-        update(TilGithubCommit)
-        .where(TilGithubCommit.id == commit_id, TilGithubCommit.status != "COMPLETED")
-        .values(status="PROCESSING", error_message=None, updated_at=func.now())
-    )
-
-
 async def complete(
     session: AsyncSession, commit_id: uuid.UUID, commit_sha: str | None, commit_url: str | None
 ) -> None:
@@ -42,18 +34,9 @@ async def complete(
         update(TilGithubCommit)
         .where(TilGithubCommit.id == commit_id)
         .values(
-            status="COMPLETED",
             commit_sha=commit_sha,
             commit_url=commit_url,
             error_message=None,
             updated_at=func.now(),
         )
-    )
-
-
-async def fail(session: AsyncSession, commit_id: uuid.UUID, reason: str) -> None:
-    await session.execute(
-        update(TilGithubCommit)
-        .where(TilGithubCommit.id == commit_id, TilGithubCommit.status != "COMPLETED")
-        .values(status="FAILED", error_message=reason, updated_at=func.now())
     )

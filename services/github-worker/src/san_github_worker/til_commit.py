@@ -1,8 +1,9 @@
 """TIL_GITHUB_COMMIT: put a TIL file into the user's repository, exactly once (SPEC §3.3).
 
-`load` marks the commit row PROCESSING (its own short transaction); `run` talks to GitHub
-with no transaction open; `store` records sha + URL and COMPLETED in the transaction that
-completes the job; `on_failure` records FAILED and the reason next to the job's.
+`load` reads the commit row (its own short transaction); `run` talks to GitHub with no
+transaction open; `store` records sha + URL in the transaction that completes the job. The
+commit row's status follows the job's (PROCESSING, COMPLETED, FAILED, back to PENDING):
+the runtime writes it, from the job type's registry entry.
 
 Exactly-once effect: a PUT whose answer was lost may still have committed. So before
 writing, `run` looks at the path: our exact content there (same git blob sha) means an
@@ -25,6 +26,7 @@ from san_common.errors import PermanentJobError, TransientJobError
 from san_common.github import ContentEntry, GithubClient, GithubPermanentError, git_blob_sha
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler
 from san_github_worker import repository
 from san_github_worker.locks import UserLocks
 
@@ -54,7 +56,7 @@ class Pushed:
     reused: bool  # True when an earlier try's commit was found instead of making one
 
 
-class TilGithubCommitHandler:
+class TilGithubCommitHandler(JobHandler[CommitWork | None, Pushed | None]):
     job_type: ClassVar[JobType] = JobType.TIL_GITHUB_COMMIT
 
     def __init__(self, github: GithubClient, cipher: TokenCipher, locks: UserLocks) -> None:
@@ -73,7 +75,6 @@ class TilGithubCommitHandler:
             raise PermanentJobError(
                 "GitHub is no longer linked: link GitHub and request the commit again"
             )
-        await repository.mark_processing(session, commit.id)
         return CommitWork(
             commit_id=commit.id,
             user_id=commit.user_id,
@@ -137,6 +138,3 @@ class TilGithubCommitHandler:
     async def store(self, session: AsyncSession, job: AsyncJob, result: Pushed | None) -> None:
         if result is not None:
             await repository.complete(session, job.target_id, result.sha, result.url)
-
-    async def on_failure(self, session: AsyncSession, job: AsyncJob, reason: str) -> None:
-        await repository.fail(session, job.target_id, reason)

@@ -12,7 +12,6 @@ from sqlalchemy import (
     and_,
     delete,
     exists,
-    false,
     func,
     or_,
     select,
@@ -24,18 +23,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from san_common.errors import MAX_ERROR_MESSAGE
+from san_common.jobs import registry
 from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AsyncJob,
-    DailySummary,
     KnowledgeCard,
     OutboxMessage,
-    RecallQuizGeneration,
     Scrap,
     SweepRequest,
     SweepRun,
     TilGithubCommit,
-    User,
 )
 
 # Every message recovery writes when it stops retrying starts with this, so the failed
@@ -45,13 +42,6 @@ GAVE_UP_PREFIX = "recovery gave up"
 
 _PENDING, _PROCESSING = JobStatus.PENDING.value, JobStatus.PROCESSING.value
 _FAILED, _COMPLETED = JobStatus.FAILED.value, JobStatus.COMPLETED.value
-
-# Tables whose `status` mirrors the status of the job that targets them.
-_MIRRORS: dict[JobType, type[DailySummary] | type[RecallQuizGeneration] | type[TilGithubCommit]] = {
-    JobType.TIL_GENERATION: DailySummary,
-    JobType.RECALL_QUIZ_GENERATION: RecallQuizGeneration,
-    JobType.TIL_GITHUB_COMMIT: TilGithubCommit,
-}
 
 
 async def try_sweep_lock(session: AsyncSession, sweep: str) -> bool:
@@ -73,7 +63,7 @@ class JobRow:
     """A candidate job as the sweep saw it (plain data: no ORM state to go stale)."""
 
     job_id: uuid.UUID
-    job_type: JobType
+    job_type: str
     target_id: uuid.UUID
     user_id: uuid.UUID
     status: str
@@ -102,7 +92,7 @@ _JOB_COLUMNS = (
 
 async def _job_rows(session: AsyncSession, query: Executable) -> list[JobRow]:
     rows = await session.execute(query)
-    return [JobRow(row[0], JobType(row[1]), *row[2:]) for row in rows]
+    return [JobRow(*row) for row in rows]
 
 
 async def ghost_candidates(
@@ -113,10 +103,14 @@ async def ghost_candidates(
     lease_expired_before: datetime,
     limit: int,
 ) -> list[JobRow]:
-    """PENDING jobs untouched since `pending_before`, PROCESSING jobs started before
+    """PENDING jobs untouched since `pending_before` (a job waiting for its next try counts
+    from that try's time, not from when it was scheduled), PROCESSING jobs started before
     `started_before` or whose lease ran out before `lease_expired_before`; locked, and
     rows another transaction holds (a worker settling the job, another sweep) skipped."""
-    pending = and_(AsyncJob.status == _PENDING, AsyncJob.updated_at < pending_before)
+    pending = and_(
+        AsyncJob.status == _PENDING,
+        func.greatest(AsyncJob.updated_at, AsyncJob.next_attempt_at) < pending_before,
+    )
     processing = and_(
         AsyncJob.status == _PROCESSING,
         or_(
@@ -196,26 +190,15 @@ class TargetState(StrEnum):
     SUPERSEDED = "superseded"  # another target took its place (a newer commit of the content)
 
 
-async def target_state(
-    session: AsyncSession, job_type: JobType, target_id: uuid.UUID
-) -> TargetState:
+async def target_state(session: AsyncSession, job_type: str, target_id: uuid.UUID) -> TargetState:
     if job_type == JobType.TIL_GITHUB_COMMIT:
         return await _commit_state(session, target_id)
-    if job_type in (JobType.CARD_ANALYSIS, JobType.SCRAP_REFINE):
-        target = select(Scrap.id).where(Scrap.id == target_id)
-        done = (
-            select(KnowledgeCard.id).where(KnowledgeCard.scrap_id == target_id)
-            if job_type == JobType.CARD_ANALYSIS
-            else target.where(Scrap.refined_content.is_not(None))
-        )
-    elif job_type in (JobType.TIL_GENERATION, JobType.RECALL_QUIZ_GENERATION):
-        model = _MIRRORS[job_type]
-        target = select(model.id).where(model.id == target_id)
-        done = target.where(model.status == _COMPLETED)
-    else:  # GITHUB_STAR_RECOMMENDATION: every run makes a new set, it is never "done"
-        target = select(User.id).where(User.id == target_id)
-        done = target.where(false())
-    row = (await session.execute(select(target.exists(), done.exists()))).one()
+    spec = registry.find(job_type)
+    if spec is None:
+        return TargetState.MISSING  # a job type no longer served: nothing to re-run
+    row = (
+        await session.execute(select(spec.target_exists(target_id), spec.already_done(target_id)))
+    ).one()
     if not row[0]:
         return TargetState.MISSING
     return TargetState.DONE if row[1] else TargetState.OPEN
@@ -249,30 +232,20 @@ async def _commit_state(session: AsyncSession, commit_id: uuid.UUID) -> TargetSt
     return TargetState.SUPERSEDED if sibling else TargetState.OPEN
 
 
-async def reset_mirror(session: AsyncSession, job_type: JobType, target_id: uuid.UUID) -> None:
+async def reset_mirror(session: AsyncSession, job_type: str, target_id: uuid.UUID) -> None:
     """The target row of a re-registered job goes back to PENDING with its job."""
-    model = _MIRRORS.get(job_type)
-    if model is not None:
-        await session.execute(
-            update(model)
-            .where(model.id == target_id, model.status.in_([_PROCESSING, _FAILED]))
-            .values(status=_PENDING, error_message=None, updated_at=func.now())
-        )
+    spec = registry.find(job_type)
+    if spec is not None and spec.mirror is not None:
+        await spec.mirror.set(session, target_id, _PENDING)
 
 
 async def fail_mirror(
-    session: AsyncSession, job_type: JobType, target_id: uuid.UUID, message: str
+    session: AsyncSession, job_type: str, target_id: uuid.UUID, message: str
 ) -> None:
     """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING."""
-    model = _MIRRORS.get(job_type)
-    if model is not None:
-        await session.execute(
-            update(model)
-            .where(model.id == target_id, model.status.in_([_PENDING, _PROCESSING]))
-            .values(
-                status=_FAILED, error_message=message[:MAX_ERROR_MESSAGE], updated_at=func.now()
-            )
-        )
+    spec = registry.find(job_type)
+    if spec is not None and spec.mirror is not None:
+        await spec.mirror.set(session, target_id, _FAILED, message)
 
 
 # -- scraps -----------------------------------------------------------------------------------

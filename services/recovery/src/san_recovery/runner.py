@@ -49,7 +49,7 @@ class SweepReport:
             "seconds": round(self.seconds, 3),
             "error": self.error,
             "totals": self.tally.total.as_dict(),
-            "by_job_type": {t.value: c.as_dict() for t, c in sorted(self.tally.by_type.items())},
+            "by_job_type": {str(t): c.as_dict() for t, c in sorted(self.tally.by_type.items())},
         }
 
     def line(self) -> str:
@@ -64,7 +64,7 @@ class SweepReport:
             text += (
                 " ("
                 + ", ".join(
-                    f"{t.value} {c.found}/{c.registered}/{c.given_up}"
+                    f"{t} {c.found}/{c.registered}/{c.given_up}"
                     for t, c in sorted(self.tally.by_type.items())
                 )
                 + ")"
@@ -203,9 +203,9 @@ async def run_requested(
 def _record(report: SweepReport) -> None:
     sweep = report.sweep.value
     for job_type, counts in report.tally.by_type.items():
-        metrics.RECOVERY_JOBS_FOUND.labels(sweep, job_type.value).inc(counts.found)
-        metrics.RECOVERY_JOBS_REGISTERED.labels(sweep, job_type.value).inc(counts.registered)
-        metrics.RECOVERY_JOBS_GIVEN_UP.labels(sweep, job_type.value).inc(counts.given_up)
+        metrics.RECOVERY_JOBS_FOUND.labels(sweep, str(job_type)).inc(counts.found)
+        metrics.RECOVERY_JOBS_REGISTERED.labels(sweep, str(job_type)).inc(counts.registered)
+        metrics.RECOVERY_JOBS_GIVEN_UP.labels(sweep, str(job_type)).inc(counts.given_up)
     metrics.RECOVERY_SWEEP_RUNS.labels(sweep, report.status.value).inc()
     if report.status == RunStatus.DONE:
         metrics.RECOVERY_LAST_SUCCESS.labels(sweep).set_to_current_time()
@@ -223,7 +223,7 @@ def _record(report: SweepReport) -> None:
                 "batches": report.batches,
                 "duration_ms": round(report.seconds * 1000),
                 # a structure, not a string: a JSON log line nests it as an object
-                "by_job_type": {t.value: c.as_dict() for t, c in report.tally.by_type.items()},
+                "by_job_type": {str(t): c.as_dict() for t, c in report.tally.by_type.items()},
             }
         },
     )

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from san_common.jobs.types import JobType
-
 
 class Outcome(StrEnum):
     REGISTERED = "registered"
@@ -40,15 +38,15 @@ class Counts:
 
 @dataclass
 class Tally:
-    by_type: dict[JobType, Counts] = field(default_factory=dict)
+    by_type: dict[str, Counts] = field(default_factory=dict)
 
-    def _counts(self, job_type: JobType) -> Counts:
+    def _counts(self, job_type: str) -> Counts:
         return self.by_type.setdefault(job_type, Counts())
 
-    def found(self, job_type: JobType) -> None:
+    def found(self, job_type: str) -> None:
         self._counts(job_type).found += 1
 
-    def record(self, job_type: JobType, outcome: Outcome) -> None:
+    def record(self, job_type: str, outcome: Outcome) -> None:
         counts = self._counts(job_type)
         match outcome:
             case Outcome.REGISTERED:

@@ -5,10 +5,13 @@ publisher confirms *in flight together*, mark the confirmed ones published, comm
 A crash after the broker confirmed but before the commit leaves the rows unpublished, so
 they are published again: consumers are idempotent by job claim, never by luck.
 
-The relay sleeps on LISTEN `san_outbox` (a trigger NOTIFYs on insert, delivered at
-commit) and polls every `relay_poll_seconds` in case a notification is missed. A lost
+Only rows that are due are published (`available_at <= now()`): retries and delayed
+redeliveries are rows scheduled for later. The relay sleeps on LISTEN `san_outbox` (a
+trigger NOTIFYs on insert, delivered at commit), until the next scheduled row is due, or
+`relay_poll_seconds` in case a notification is missed — whichever comes first. A lost
 listener connection wakes the relay, which listens again; a failed round (database or
-broker away) is logged and retried with backoff — the relay never gives up on its own.
+broker away) is logged and retried with backoff (`ROUND_BACKOFF`) — the relay never gives
+up on its own. The lease rescuer (rescuer.py) runs alongside.
 """
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
 from san_common.db.engine import plain_url
 from san_common.models import OutboxMessage
+from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
+from san_relay.rescuer import LeaseRescuer
 from san_relay.settings import RelaySettings
 
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "san_outbox"
-MAX_BACKOFF_SECONDS = 30.0
 
 
 class Relay:
@@ -73,11 +77,17 @@ class Relay:
     async def run(self, stop: asyncio.Event) -> None:
         connection = await aio_pika.connect_robust(self._settings.amqp_url)
         await self._ensure_listener()
+        rescuer = LeaseRescuer(
+            self._sessions,
+            interval_seconds=self._settings.relay_rescue_seconds,
+            batch_size=self._settings.relay_rescue_batch_size,
+            on_rescued=self._wakeup,
+        )
         cleaner = asyncio.create_task(self._clean_periodically(stop))
         observer = asyncio.create_task(self._observe_periodically(stop, connection))
+        rescuing = asyncio.create_task(rescuer.run(stop))
         try:
-            channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-            await declare_topology(channel, self._topology)
+            channel = await self.open_channel(connection)
             self._connection, self._channel = connection, channel
             self.ready.set()
             log.info("relay running")
@@ -86,9 +96,10 @@ class Relay:
                 try:
                     await self._ensure_listener()
                     published = await self.publish_once(channel)
-                except Exception:  # the database or broker is away: retry, never die
+                except Exception as exc:  # the database or broker is away: retry, never die
                     failures += 1
-                    delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** min(failures, 6))
+                    decision = ROUND_BACKOFF.decide(exc, failures)
+                    delay = decision.after if isinstance(decision, Retry) else 0.5
                     log.exception("relay round failed", extra={"fields": {"retry_in_s": delay}})
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)
@@ -97,7 +108,7 @@ class Relay:
                 if published < self._settings.relay_batch_size:
                     await self._sleep(stop)
         finally:
-            for task in (cleaner, observer):
+            for task in (cleaner, observer, rescuing):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -105,6 +116,13 @@ class Relay:
                 await self._listener.close()
             await connection.close()
             log.info("relay stopped")
+
+    async def open_channel(self, connection: AbstractConnection) -> AbstractChannel:
+        """The publishing channel: publisher confirms (a row is marked published only once
+        the broker has the message) and mandatory returns raised (unroutable = unconfirmed)."""
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        await declare_topology(channel, self._topology)
+        return channel
 
     async def publish_once(self, channel: AbstractChannel) -> int:
         """Publish one batch; returns how many rows were confirmed and marked."""
@@ -186,13 +204,17 @@ class Relay:
         self._listener = connection
 
     async def _sleep(self, stop: asyncio.Event) -> None:
+        timeout = self._settings.relay_poll_seconds
+        try:
+            async with self._sessions() as session:
+                next_due = await repository.seconds_until_next_due(session)
+        except Exception:  # the round after the poll will tell
+            next_due = None
+        if next_due is not None:
+            timeout = min(timeout, next_due + 0.01)
         waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
         try:
-            await asyncio.wait(
-                waiters,
-                timeout=self._settings.relay_poll_seconds,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in waiters:
                 waiter.cancel()

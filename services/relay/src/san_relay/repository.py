@@ -12,16 +12,27 @@ from san_common.models import OutboxMessage
 
 
 async def claim_unpublished(session: AsyncSession, limit: int) -> Sequence[OutboxMessage]:
-    """Lock a batch of unpublished rows. SKIP LOCKED lets replicas take disjoint batches;
-    the locks last until the caller's transaction ends."""
+    """Lock a batch of unpublished rows that are due (`available_at` has come). SKIP LOCKED
+    lets replicas take disjoint batches; the locks last until the caller's transaction
+    ends."""
     result = await session.scalars(
         select(OutboxMessage)
-        .where(OutboxMessage.published_at.is_(None))
+        .where(OutboxMessage.published_at.is_(None), OutboxMessage.available_at <= func.now())
         .order_by(OutboxMessage.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
     return result.all()
+
+
+async def seconds_until_next_due(session: AsyncSession) -> float | None:
+    """How long until the earliest unpublished row that is not due yet becomes due."""
+    seconds = await session.scalar(
+        select(func.extract("epoch", func.min(OutboxMessage.available_at) - func.now())).where(
+            OutboxMessage.published_at.is_(None), OutboxMessage.available_at > func.now()
+        )
+    )
+    return None if seconds is None else max(0.0, float(seconds))
 
 
 async def mark_published(session: AsyncSession, ids: Sequence[int]) -> None:
@@ -43,15 +54,16 @@ async def delete_published_before(session: AsyncSession, retention: timedelta, l
 
 
 async def backlog(session: AsyncSession) -> tuple[int, float]:
-    """(unpublished rows, age in seconds of the oldest one)."""
+    """(unpublished rows that are due, age in seconds of the oldest one since it was due);
+    rows scheduled for later (retries) are not backlog."""
     row = (
         await session.execute(
             select(
                 func.count(),
                 func.coalesce(
-                    func.extract("epoch", func.now() - func.min(OutboxMessage.created_at)), 0
+                    func.extract("epoch", func.now() - func.min(OutboxMessage.available_at)), 0
                 ),
-            ).where(OutboxMessage.published_at.is_(None))
+            ).where(OutboxMessage.published_at.is_(None), OutboxMessage.available_at <= func.now())
         )
     ).one()
     return int(row[0]), float(row[1])

@@ -20,3 +20,9 @@ class RelaySettings(ServiceSettings):
     relay_metrics_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often the outbox backlog and queue depths are measured"
     )
+    relay_rescue_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the lease rescuer looks for PROCESSING jobs whose lease expired",
+    )
+    relay_rescue_batch_size: int = Field(default=500, ge=1, le=10_000)

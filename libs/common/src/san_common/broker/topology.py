@@ -1,9 +1,15 @@
 """The RabbitMQ topology, declared idempotently by every process that touches the broker.
 
     {prefix}.jobs      direct exchange; routing key = job type
-      └─ {prefix}.jobs.<job_type>   one durable quorum queue per job type
-    {prefix}.jobs.dlx  direct exchange receiving rejected / over-delivered messages
+      └─ {prefix}.jobs.<job_type>   one durable quorum queue per registered job type
+    {prefix}.jobs.dlx  direct exchange receiving dead letters
       └─ {prefix}.jobs.dead         the dead-letter queue, bound for every job type
+
+Dead letters are never dropped: every queue names its dead-letter routing key (its job
+type), to which the dead-letter queue is bound; dead-lettering is `at-least-once` (RabbitMQ
+≥ 3.10, quorum queues), which needs `overflow: reject-publish`. A worker that gives up on a
+message republishes it to the DLX itself, with header `x-san-reason` saying why; the
+broker's own dead-lettering (delivery limit) adds `x-death`.
 
 Quorum queues count deliveries: a message redelivered more than `DELIVERY_LIMIT` times
 (a poison message that crashes its consumer) is dead-lettered instead of looping forever.
@@ -16,10 +22,11 @@ from dataclasses import dataclass
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
 
-from san_common.jobs.types import JobType
+from san_common.jobs import registry
 
 # With the runtime's growing pause before each requeue, 20 deliveries ride out minutes of outage.
 DELIVERY_LIMIT = 20
+REASON_HEADER = "x-san-reason"
 
 
 @dataclass(frozen=True)
@@ -38,15 +45,26 @@ class Topology:
     def dead_letter_queue(self) -> str:
         return f"{self.prefix}.jobs.dead"
 
-    def queue_name(self, job_type: JobType) -> str:
-        return f"{self.prefix}.jobs.{job_type.value.lower()}"
+    def queue_name(self, job_type: str) -> str:
+        return f"{self.prefix}.jobs.{registry.spec_for(job_type).queue}"
 
     def exchange_for(self, logical_name: str) -> str:
         """Outbox rows name a logical exchange (`jobs`); the deployment adds its prefix."""
         return f"{self.prefix}.{logical_name}"
 
     def all_queue_names(self) -> list[str]:
-        return [self.queue_name(t) for t in JobType] + [self.dead_letter_queue]
+        return [self.queue_name(t) for t in registry.job_types()] + [self.dead_letter_queue]
+
+
+def queue_arguments(topology: Topology, job_type: str) -> dict[str, object]:
+    return {
+        "x-queue-type": "quorum",
+        "x-dead-letter-exchange": topology.dead_letter_exchange,
+        "x-dead-letter-routing-key": str(job_type),
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+        "x-delivery-limit": DELIVERY_LIMIT,
+    }
 
 
 async def declare_exchanges(channel: AbstractChannel, topology: Topology) -> AbstractExchange:
@@ -61,24 +79,20 @@ async def declare_exchanges(channel: AbstractChannel, topology: Topology) -> Abs
 
 async def declare_topology(
     channel: AbstractChannel, topology: Topology
-) -> dict[JobType, AbstractQueue]:
+) -> dict[str, AbstractQueue]:
     """Declare exchanges and every queue; safe to run concurrently from many processes."""
     jobs = await declare_exchanges(channel, topology)
     dead = await channel.declare_queue(
         topology.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"}
     )
-    queues: dict[JobType, AbstractQueue] = {}
-    for job_type in JobType:
+    queues: dict[str, AbstractQueue] = {}
+    for job_type in registry.job_types():
         queue = await channel.declare_queue(
             topology.queue_name(job_type),
             durable=True,
-            arguments={
-                "x-queue-type": "quorum",
-                "x-dead-letter-exchange": topology.dead_letter_exchange,
-                "x-delivery-limit": DELIVERY_LIMIT,
-            },
+            arguments=queue_arguments(topology, job_type),  # type: ignore[arg-type]
         )
-        await queue.bind(jobs, routing_key=job_type.value)
-        await dead.bind(topology.dead_letter_exchange, routing_key=job_type.value)
+        await queue.bind(jobs, routing_key=job_type)
+        await dead.bind(topology.dead_letter_exchange, routing_key=job_type)
         queues[job_type] = queue
     return queues

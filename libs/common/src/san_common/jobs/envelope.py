@@ -7,8 +7,6 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from san_common.jobs.types import JobType
-
 # Bumped only with an incompatible change; consumers reject versions they do not know.
 ENVELOPE_VERSION = 1
 
@@ -19,7 +17,7 @@ class JobMessage(BaseModel):
     version: int = ENVELOPE_VERSION
     message_id: uuid.UUID
     job_id: uuid.UUID
-    job_type: JobType
+    job_type: str  # a registry job type (san_common.jobs.registry)
     target_id: uuid.UUID
     user_id: uuid.UUID
     attempt: int

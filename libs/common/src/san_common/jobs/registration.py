@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics
-from san_common.jobs.envelope import JobMessage
-from san_common.jobs.types import JobType
-from san_common.models import AsyncJob, OutboxMessage
-from san_common.tracing import current_trace_context
+from san_common.jobs import registry
+from san_common.jobs.outbox import JOBS_EXCHANGE, add_job_message
+from san_common.jobs.types import ACTIVE_STATUSES
+from san_common.models import AsyncJob
 
-JOBS_EXCHANGE = "jobs"
+__all__ = [
+    "JOBS_EXCHANGE",
+    "ActiveJobForUser",
+    "DuplicateActiveJob",
+    "RegisteredJob",
+    "TransactionRequired",
+    "lock_user",
+    "register_job",
+    "register_job_in_transaction",
+]
 
 
 class TransactionRequired(RuntimeError):
@@ -32,16 +40,25 @@ class TransactionRequired(RuntimeError):
 class DuplicateActiveJob(Exception):
     """An active (PENDING or PROCESSING) job already exists for this target and type."""
 
-    def __init__(self, job_type: JobType, target_id: uuid.UUID) -> None:
+    def __init__(self, job_type: str, target_id: uuid.UUID) -> None:
         super().__init__(f"an active {job_type} job already exists for target {target_id}")
         self.job_type = job_type
         self.target_id = target_id
 
 
+class ActiveJobForUser(DuplicateActiveJob):
+    """The job type allows one active job per user (its registry entry names a user lock),
+    and the user has one: `job_id`."""
+
+    def __init__(self, job_type: str, target_id: uuid.UUID, job_id: uuid.UUID) -> None:
+        super().__init__(job_type, target_id)
+        self.active_job_id = job_id
+
+
 @dataclass(frozen=True)
 class RegisteredJob:
     job_id: uuid.UUID
-    job_type: JobType
+    job_type: str
     target_id: uuid.UUID
     message_id: uuid.UUID
 
@@ -49,7 +66,7 @@ class RegisteredJob:
 async def register_job_in_transaction(
     session: AsyncSession,
     *,
-    job_type: JobType,
+    job_type: str,
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int = 1,
@@ -64,12 +81,29 @@ async def register_job_in_transaction(
         raise TransactionRequired(
             "register_job_in_transaction needs an open transaction; use register_job instead"
         )
+    spec = registry.spec_for(job_type)
+    if spec.user_lock is not None:
+        # The job type's per-user rule (one active TIL_GENERATION per user) needs every
+        # registration for the user serialized; a caller that checked the rule under the
+        # lock already holds it (advisory locks are re-entrant within a transaction).
+        await lock_user(session, spec.user_lock, user_id)
+        active = await session.scalar(
+            select(AsyncJob.job_id)
+            .where(
+                AsyncJob.user_id == user_id,
+                AsyncJob.job_type == str(job_type),
+                AsyncJob.status.in_([s.value for s in ACTIVE_STATUSES]),
+            )
+            .limit(1)
+        )
+        if active is not None:
+            raise ActiveJobForUser(job_type, target_id, active)
     job_id = uuid.uuid4()
-    inserted = await session.scalar(
+    job = await session.scalar(
         insert(AsyncJob)
         .values(
             job_id=job_id,
-            job_type=job_type.value,
+            job_type=str(job_type),
             target_id=target_id,
             user_id=user_id,
             attempt=attempt,
@@ -78,40 +112,21 @@ async def register_job_in_transaction(
             index_elements=["target_id", "job_type"],
             index_where=text("status IN ('PENDING', 'PROCESSING')"),
         )
-        .returning(AsyncJob.job_id)
+        .returning(AsyncJob)
     )
-    if inserted is None:
+    if job is None:
         raise DuplicateActiveJob(job_type, target_id)
-
-    message = JobMessage(
-        message_id=uuid.uuid4(),
-        job_id=job_id,
-        job_type=job_type,
-        target_id=target_id,
-        user_id=user_id,
-        attempt=attempt,
-        created_at=datetime.now(UTC),
-        **current_trace_context(),
-    )
-    await session.execute(
-        insert(OutboxMessage).values(
-            message_id=message.message_id,
-            exchange=JOBS_EXCHANGE,
-            routing_key=job_type.value,
-            body=message.model_dump(mode="json"),
-            headers={},
-        )
-    )
+    message = await add_job_message(session, job)
     # Counted when added to the transaction: a caller that rolls back afterwards (rare:
     # the caller's own later failure) is counted too.
-    metrics.JOBS_REGISTERED.labels(job_type.value).inc()
+    metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return RegisteredJob(job_id, job_type, target_id, message.message_id)
 
 
 async def register_job(
     session_factory: async_sessionmaker[AsyncSession],
     *,
-    job_type: JobType,
+    job_type: str,
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int = 1,
@@ -121,3 +136,13 @@ async def register_job(
         return await register_job_in_transaction(
             session, job_type=job_type, target_id=target_id, user_id=user_id, attempt=attempt
         )
+
+
+async def lock_user(session: AsyncSession, namespace: str, user_id: uuid.UUID) -> None:
+    """Wait for, then hold until the end of the caller's transaction, the advisory lock
+    `namespace` + user. Keys are 64-bit hashes: a collision only makes two users wait for
+    each other."""
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+        {"key": f"{namespace}{user_id}"},
+    )

@@ -4,11 +4,22 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, Identity, Index, Integer, Text, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    Text,
+    func,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from san_common.jobs.types import ACTIVE_STATUSES, JobStatus, JobType
+from san_common.jobs.types import ACTIVE_STATUSES, JobStatus
 from san_common.models.base import Base, created_at, updated_at
 
 _ACTIVE = ", ".join(f"'{s.value}'" for s in ACTIVE_STATUSES)
@@ -31,8 +42,11 @@ class AsyncJob(Base):
         # the operator console's newest-first keyset pagination; retention's horizon scan
         Index("ix_async_jobs_created_at_job_id", "created_at", "job_id"),
         Index("ix_async_jobs_status_finished_at", "status", "finished_at"),
-        CheckConstraint(
-            "job_type IN (" + ", ".join(f"'{t.value}'" for t in JobType) + ")", name="job_type"
+        # Rescuer: PROCESSING jobs by lease expiry.
+        Index(
+            "ix_async_jobs_lease_expires_at",
+            "lease_expires_at",
+            postgresql_where=text(f"status = '{JobStatus.PROCESSING.value}'"),
         ),
         CheckConstraint(
             "status IN (" + ", ".join(f"'{s.value}'" for s in JobStatus) + ")", name="status"
@@ -40,6 +54,7 @@ class AsyncJob(Base):
     )
 
     job_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    # One of the registry's job types (san_common.jobs.registry), checked at registration.
     job_type: Mapped[str] = mapped_column(Text)
     # Deliberately no foreign key: the target's table depends on job_type.
     target_id: Mapped[uuid.UUID]
@@ -55,6 +70,33 @@ class AsyncJob(Base):
     # heartbeats while it runs, so an expired lease means the worker died.
     worker_id: Mapped[str | None] = mapped_column(Text)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Claims so far. It is the fencing token: every write of a try matches `tries = <the
+    # try's number>`, so a worker whose try was taken over changes nothing.
+    tries: Mapped[int] = mapped_column(Integer, server_default="0")
+    # While a retry waits: the job is PENDING and its next message is due at this time.
+    next_attempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The latest try's error (full, redacted) and the sanitized summary shown to the owner.
+    last_error: Mapped[str | None] = mapped_column(Text)
+    error_summary: Mapped[str | None] = mapped_column(Text)
+    # A handler's partial result kept across tries (JobHandler.checkpoint).
+    checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class AsyncJobTry(Base):
+    """One row per try of a job: who ran it, when, and how it ended."""
+
+    __tablename__ = "async_job_tries"
+
+    job_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("async_jobs.job_id", ondelete="CASCADE"), primary_key=True
+    )
+    try_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker_id: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = created_at()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # None while the try runs; then a `TryOutcome` value.
+    outcome: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class OutboxMessage(Base):
@@ -72,6 +114,11 @@ class OutboxMessage(Base):
             "published_at",
             postgresql_where=text("published_at IS NOT NULL"),
         ),
+        Index(
+            "ix_outbox_messages_available_at",
+            "available_at",
+            postgresql_where=text("published_at IS NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -82,3 +129,7 @@ class OutboxMessage(Base):
     headers: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = created_at()
     published_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The relay publishes the row once this time has come (retries, delayed redeliveries).
+    available_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )

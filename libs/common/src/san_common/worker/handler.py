@@ -1,39 +1,35 @@
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 
+P = TypeVar("P")
+R = TypeVar("R")
 
-class JobHandler(Protocol):
+
+class JobHandler(Protocol[P, R]):
     """One job type's work, split so the runtime can place the transactions:
 
-    - `load` reads what the job needs (short transaction);
-    - `run` makes the external call(s) with **no** transaction open, and may be retried;
-    - `store` writes the results in the same transaction that marks the job COMPLETED.
+    - `load` reads what the job needs (short transaction) and returns the payload `P`;
+    - `run` makes the external call(s) with **no** transaction open, returning `R`;
+    - `store` writes the results in the transaction that marks the job COMPLETED.
 
     Raise `PermanentJobError` / `TransientJobError` (san_common.errors) to steer retries;
-    any other exception fails the job with its cause chain.
+    any other exception from `run` fails the job with its cause chain. A failure may carry
+    a `checkpoint` (a JSON object): the runtime keeps it on the job, and the next try finds
+    it in `job.checkpoint` (card analysis keeps a successful chat answer this way).
 
-    Optionally, a handler defines `on_failure(session, job, reason)` (see `FailureHook`):
-    the runtime calls it in the transaction that marks the job FAILED, to fail the job's
-    domain row too.
+    Handlers never write the job's status, nor the mirrored status of its target row: the
+    runtime does, from the job type's registry entry (san_common.jobs.registry).
     """
 
-    job_type: ClassVar[JobType]
+    job_type: ClassVar[str]
 
-    async def load(self, session: AsyncSession, job: AsyncJob) -> Any: ...
+    async def load(self, session: AsyncSession, job: AsyncJob) -> P: ...
 
-    async def run(self, job: AsyncJob, payload: Any) -> Any: ...
+    async def run(self, job: AsyncJob, payload: P) -> R: ...
 
-    async def store(self, session: AsyncSession, job: AsyncJob, result: Any) -> None: ...
-
-
-class FailureHook(Protocol):
-    """`handler.on_failure`: mark the job's domain row failed. Not called when the job was
-    taken over by another worker (its lease expired), since that worker now owns the row."""
-
-    async def __call__(self, session: AsyncSession, job: AsyncJob, reason: str) -> None: ...
+    async def store(self, session: AsyncSession, job: AsyncJob, result: R) -> None: ...

@@ -254,15 +254,15 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _fit_embedding(raw: Any) -> list[float]:
-    """1536 floats: shorter vectors are zero-padded, which leaves cosine distances unchanged."""
+    """Exactly 1536 floats. Any other length fails the job: padding or cutting a vector of
+    another model would store an embedding that is not comparable with the others."""
     if not isinstance(raw, list) or not all(
         isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in raw
     ):
         raise TransientJobError("AI answer for embeddings is not a list of numbers")
-    if not raw:
-        raise PermanentJobError("embedding is empty")
-    if len(raw) > EMBEDDING_DIMENSIONS:
+    if len(raw) != EMBEDDING_DIMENSIONS:
         raise PermanentJobError(
-            f"embedding has {len(raw)} dimensions, expected at most {EMBEDDING_DIMENSIONS}"
+            f"embedding has {len(raw)} dimensions, expected {EMBEDDING_DIMENSIONS} "
+            "(configure an embedding model that answers with that many)"
         )
-    return [float(v) for v in raw] + [0.0] * (EMBEDDING_DIMENSIONS - len(raw))
+    return [float(v) for v in raw]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from san_ai_worker.ai.provider import AiProvider
 from san_ai_worker.handlers.card_analysis import CardAnalysisHandler
 from san_ai_worker.handlers.recall_quiz import RecallQuizHandler
@@ -10,16 +12,16 @@ from san_ai_worker.handlers.star_recommendation import StarRecommendationHandler
 from san_ai_worker.handlers.til_generation import TilGenerationHandler
 from san_common.crypto import TokenCipher
 from san_common.github import GithubClient
-from san_common.jobs.types import JobType
+from san_common.jobs import registry
 from san_common.worker import JobHandler
 
 
 def build_handlers(
     ai: AiProvider, *, github: GithubClient | None = None, cipher: TokenCipher | None = None
-) -> dict[JobType, JobHandler]:
+) -> dict[str, JobHandler[Any, Any]]:
     """Every AI job type; GITHUB_STAR_RECOMMENDATION only with GitHub access (`main` always
     gives it; test harnesses of the other job types may leave it out)."""
-    handlers: list[JobHandler] = [
+    handlers: list[JobHandler[Any, Any]] = [
         CardAnalysisHandler(ai),
         ScrapRefineHandler(ai),
         TilGenerationHandler(ai),
@@ -27,4 +29,7 @@ def build_handlers(
     ]
     if github is not None and cipher is not None:
         handlers.append(StarRecommendationHandler(ai, github, cipher))
-    return {h.job_type: h for h in handlers}
+    built = {str(h.job_type): h for h in handlers}
+    for job_type in built:
+        assert registry.spec_for(job_type).consumer == registry.AI_WORKER, job_type
+    return built

@@ -1,18 +1,27 @@
-"""CARD_ANALYSIS: scrap text → AI analysis + embedding → knowledge card (SPEC §3.1)."""
+"""CARD_ANALYSIS: scrap text → AI analysis + embedding → knowledge card (SPEC §3.1).
+
+Two AI calls. When the chat call succeeded and the embedding call failed, the failure
+carries the analysis as the job's checkpoint, so the next try only asks for the embedding
+(the chat call is the slow, costly one and its answer would not be the same twice).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_ai_worker import repository
 from san_ai_worker.ai.provider import AiProvider
 from san_ai_worker.ai.schemas import CardAnalysis
-from san_common.errors import PermanentJobError
+from san_common.errors import JobFailure, PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, Scrap
+from san_common.worker import JobHandler
+
+_CHECKPOINT_KEY = "analysis"
 
 
 @dataclass(frozen=True)
@@ -21,8 +30,8 @@ class _Analysed:
     embedding: list[float]
 
 
-class CardAnalysisHandler:
-    job_type: ClassVar[JobType] = JobType.CARD_ANALYSIS
+class CardAnalysisHandler(JobHandler[Scrap | None, _Analysed | None]):
+    job_type: ClassVar[str] = JobType.CARD_ANALYSIS
 
     def __init__(self, ai: AiProvider) -> None:
         self._ai = ai
@@ -38,8 +47,12 @@ class CardAnalysisHandler:
     async def run(self, job: AsyncJob, scrap: Scrap | None) -> _Analysed | None:
         if scrap is None:
             return None
-        analysis = await self._ai.analyze_card(scrap.content)
-        embedding = await self._ai.embed(scrap.content)
+        analysis = _from_checkpoint(job) or await self._ai.analyze_card(scrap.content)
+        try:
+            embedding = await self._ai.embed(scrap.content)
+        except JobFailure as exc:
+            exc.checkpoint = {_CHECKPOINT_KEY: analysis.model_dump(mode="json")}
+            raise
         return _Analysed(analysis, embedding)
 
     async def store(self, session: AsyncSession, job: AsyncJob, result: _Analysed | None) -> None:
@@ -63,3 +76,13 @@ class CardAnalysisHandler:
         if card_id is not None:
             tag_ids = await repository.find_or_create_tags(session, scrap.user_id, analysis.tags)
             await repository.link_tags(session, card_id, tag_ids)
+
+
+def _from_checkpoint(job: AsyncJob) -> CardAnalysis | None:
+    saved = (job.checkpoint or {}).get(_CHECKPOINT_KEY)
+    if saved is None:
+        return None
+    try:
+        return CardAnalysis.model_validate(saved)
+    except ValidationError:
+        return None  # an older shape: ask again

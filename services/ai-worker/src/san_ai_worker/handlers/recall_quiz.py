@@ -15,6 +15,7 @@ from san_ai_worker.handlers.day_cards import card_input, load_day_cards
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class _Request:
     cards: list[CardInput]
 
 
-class RecallQuizHandler:
+class RecallQuizHandler(JobHandler[_Request, list[repository.NewQuiz]]):
     job_type: ClassVar[JobType] = JobType.RECALL_QUIZ_GENERATION
 
     def __init__(self, ai: AiProvider) -> None:
@@ -34,7 +35,6 @@ class RecallQuizHandler:
         if generation is None:
             raise PermanentJobError(f"recall quiz generation {job.target_id} does not exist")
         cards = await load_day_cards(session, generation.user_id, generation.target_date)
-        await repository.set_generation_status(session, generation.id, "PROCESSING")
         return _Request(list(generation.quiz_types), [card_input(c) for c in cards])
 
     async def run(self, job: AsyncJob, request: _Request) -> list[repository.NewQuiz]:
@@ -51,9 +51,6 @@ class RecallQuizHandler:
             raise PermanentJobError(
                 f"recall quiz generation {job.target_id} was deleted during generation"
             )
-
-    async def on_failure(self, session: AsyncSession, job: AsyncJob, reason: str) -> None:
-        await repository.set_generation_status(session, job.target_id, "FAILED", reason)
 
 
 def check_quizzes(quizzes: Sequence[Quiz], requested: Sequence[str]) -> None:

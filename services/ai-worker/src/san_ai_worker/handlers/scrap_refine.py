@@ -11,9 +11,10 @@ from san_ai_worker.ai.provider import AiProvider
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler
 
 
-class ScrapRefineHandler:
+class ScrapRefineHandler(JobHandler[str, str]):
     job_type: ClassVar[JobType] = JobType.SCRAP_REFINE
 
     def __init__(self, ai: AiProvider) -> None:

@@ -23,6 +23,7 @@ from san_common.errors import PermanentJobError
 from san_common.github import GithubClient, StarredRepo
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler
 
 MAX_STARS = 500
 
@@ -34,7 +35,7 @@ class _Request:
     interests: list[str]
 
 
-class StarRecommendationHandler:
+class StarRecommendationHandler(JobHandler[_Request, list[NewStarRecommendation]]):
     job_type: ClassVar[JobType] = JobType.GITHUB_STAR_RECOMMENDATION
 
     def __init__(self, ai: AiProvider, github: GithubClient, cipher: TokenCipher) -> None:

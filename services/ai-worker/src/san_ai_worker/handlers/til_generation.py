@@ -16,6 +16,7 @@ from san_ai_worker.handlers.day_cards import card_input, load_day_cards
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class _Written:
     card_ids: list[uuid.UUID]
 
 
-class TilGenerationHandler:
+class TilGenerationHandler(JobHandler[_Day, _Written]):
     job_type: ClassVar[JobType] = JobType.TIL_GENERATION
 
     def __init__(self, ai: AiProvider) -> None:
@@ -43,7 +44,6 @@ class TilGenerationHandler:
         if summary is None:
             raise PermanentJobError(f"daily summary {job.target_id} does not exist")
         cards = await load_day_cards(session, summary.user_id, summary.target_date)
-        await repository.set_summary_status(session, summary.id, "PROCESSING")
         return _Day(summary.target_date, [c.card_id for c in cards], [card_input(c) for c in cards])
 
     async def run(self, job: AsyncJob, day: _Day) -> _Written:
@@ -62,7 +62,3 @@ class TilGenerationHandler:
         )
         if not stored:
             raise PermanentJobError(f"daily summary {job.target_id} was deleted during generation")
-
-    async def on_failure(self, session: AsyncSession, job: AsyncJob, reason: str) -> None:
-        # The previous document (of a regenerated TIL) stays; only the status says it failed.
-        await repository.set_summary_status(session, job.target_id, "FAILED", reason)

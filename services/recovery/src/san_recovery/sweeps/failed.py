@@ -23,7 +23,7 @@ async def sweep(session: AsyncSession, now: datetime, policy: Policy) -> Tally:
             session,
             partial(retry_or_give_up, session, job, policy),
             job_id=job.job_id,
-            job_type=job.job_type.value,
+            job_type=job.job_type,
         )
         tally.record(job.job_type, outcome)
     return tally

@@ -1,0 +1,44 @@
+"""Adding a job's message to the outbox (in the caller's transaction): first registration,
+retries, delayed redeliveries, rescued jobs. The relay publishes a row once it is due."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_common.jobs.envelope import JobMessage
+from san_common.models import AsyncJob, OutboxMessage
+from san_common.tracing import current_trace_context
+
+JOBS_EXCHANGE = "jobs"
+
+
+async def add_job_message(
+    session: AsyncSession, job: AsyncJob, *, available_at: datetime | None = None
+) -> JobMessage:
+    """A new message (new `message_id`) for `job`, published when `available_at` has come
+    (now when None). The routing key is the job type; queues are bound by job type."""
+    message = JobMessage(
+        message_id=uuid.uuid4(),
+        job_id=job.job_id,
+        job_type=job.job_type,
+        target_id=job.target_id,
+        user_id=job.user_id,
+        attempt=job.attempt,
+        created_at=datetime.now(UTC),
+        **current_trace_context(),
+    )
+    values: dict[str, object] = {
+        "message_id": message.message_id,
+        "exchange": JOBS_EXCHANGE,
+        "routing_key": job.job_type,
+        "body": message.model_dump(mode="json"),
+        "headers": {},
+    }
+    if available_at is not None:
+        values["available_at"] = available_at
+    await session.execute(insert(OutboxMessage).values(**values))
+    return message

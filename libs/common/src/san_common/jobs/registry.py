@@ -1,0 +1,233 @@
+"""The job-type registry: one `JobSpec` per job type, and everything that needs to know
+about a job type reads it — registration (its per-user lock), the worker runtime (its
+handler, queue, retry policy, timeout, the mirrored status of its target row), the relay's
+lease rescuer, recovery (target exists / already done, mirrored status), the topology.
+
+Adding a job type = one handler module (in the worker service that consumes it) + one
+`JobSpec` here (or `register(...)` at start-up, as the tests' job type does).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import ColumnElement, Table, exists, false, func, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_common.errors import MAX_ERROR_MESSAGE
+from san_common.jobs.types import JobStatus, JobType
+from san_common.models import (
+    Base,
+    DailySummary,
+    KnowledgeCard,
+    RecallQuizGeneration,
+    Scrap,
+    TilGithubCommit,
+    User,
+)
+from san_common.retry import RetryPolicy
+
+AI_WORKER = "ai-worker"
+GITHUB_WORKER = "github-worker"
+
+# The advisory-lock namespace of "one active TIL_GENERATION job per user" (SPEC §3.2).
+TIL_USER_LOCK = "san.til:"
+
+Predicate = Callable[[uuid.UUID], ColumnElement[bool]]
+
+_PENDING, _PROCESSING = JobStatus.PENDING.value, JobStatus.PROCESSING.value
+_COMPLETED, _FAILED = JobStatus.COMPLETED.value, JobStatus.FAILED.value
+
+# Which mirrored statuses may move to which (a COMPLETED target row stays COMPLETED unless
+# the job completes again; recovery may reset a FAILED one to PENDING).
+_MIRROR_FROM: dict[str, tuple[str, ...]] = {
+    _PROCESSING: (_PENDING, _PROCESSING, _FAILED),
+    _COMPLETED: (_PENDING, _PROCESSING, _FAILED, _COMPLETED),
+    _FAILED: (_PENDING, _PROCESSING),
+    _PENDING: (_PROCESSING, _FAILED),
+}
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A target table whose status column follows the status of the job that targets it."""
+
+    table: Table
+    status_column: str = "status"
+    error_column: str | None = "error_message"
+
+    async def set(
+        self,
+        session: AsyncSession,
+        target_id: uuid.UUID,
+        status: str,
+        error: str | None = None,
+    ) -> None:
+        table = self.table
+        values: dict[str, object] = {self.status_column: status, "updated_at": func.now()}
+        if self.error_column is not None:
+            values[self.error_column] = None if error is None else error[:MAX_ERROR_MESSAGE]
+        await session.execute(
+            update(table)
+            .where(
+                table.c.id == target_id,
+                table.c[self.status_column].in_(_MIRROR_FROM[status]),
+            )
+            .values(**values)
+        )
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_type: str
+    consumer: str  # the worker pool whose queue it is (AI_WORKER, GITHUB_WORKER, …)
+    handler: str  # "package.module:Class": the handler the consumer binds to it
+    target: str  # what target_id names
+    target_exists: Predicate
+    # The work the job stands for is already there: recovery does not re-run it.
+    already_done: Predicate
+    mirror: Mirror | None = None
+    # Registration takes this per-user advisory lock (transaction-scoped) before inserting.
+    user_lock: str | None = None
+    # None: the consuming worker's settings (WORKER_MAX_TRIES, WORKER_BACKOFF_SECONDS…).
+    retry: RetryPolicy | None = None
+    timeout_seconds: float = 600.0  # of `run`: a hung call becomes a transient failure
+
+    @property
+    def queue(self) -> str:
+        """The queue's name below the topology prefix (`{prefix}.jobs.<queue>`)."""
+        return self.job_type.lower()
+
+
+class UnknownJobType(LookupError):
+    def __init__(self, job_type: str) -> None:
+        super().__init__(f"job type {job_type!r} is not in the registry")
+        self.job_type = job_type
+
+
+def _row_exists(table: Table) -> Predicate:
+    return lambda target_id: exists().where(table.c.id == target_id)
+
+
+def _row_completed(table: Table) -> Predicate:
+    return lambda target_id: exists().where(table.c.id == target_id, table.c.status == _COMPLETED)
+
+
+def _table(model: type[Base]) -> Table:
+    return cast(Table, model.__table__)
+
+
+_scraps = _table(Scrap)
+_summaries = _table(DailySummary)
+_generations = _table(RecallQuizGeneration)
+_commits = _table(TilGithubCommit)
+
+_BUILT_IN = (
+    JobSpec(
+        job_type=JobType.CARD_ANALYSIS,
+        consumer=AI_WORKER,
+        handler="san_ai_worker.handlers.card_analysis:CardAnalysisHandler",
+        target="scraps.id",
+        target_exists=_row_exists(_scraps),
+        already_done=lambda target_id: exists().where(KnowledgeCard.scrap_id == target_id),
+    ),
+    JobSpec(
+        job_type=JobType.SCRAP_REFINE,
+        consumer=AI_WORKER,
+        handler="san_ai_worker.handlers.scrap_refine:ScrapRefineHandler",
+        target="scraps.id",
+        target_exists=_row_exists(_scraps),
+        already_done=lambda target_id: exists().where(
+            Scrap.id == target_id, Scrap.refined_content.is_not(None)
+        ),
+    ),
+    JobSpec(
+        job_type=JobType.TIL_GENERATION,
+        consumer=AI_WORKER,
+        handler="san_ai_worker.handlers.til_generation:TilGenerationHandler",
+        target="daily_summaries.id",
+        target_exists=_row_exists(_summaries),
+        already_done=_row_completed(_summaries),
+        mirror=Mirror(_summaries),
+        user_lock=TIL_USER_LOCK,
+    ),
+    JobSpec(
+        job_type=JobType.RECALL_QUIZ_GENERATION,
+        consumer=AI_WORKER,
+        handler="san_ai_worker.handlers.recall_quiz:RecallQuizHandler",
+        target="recall_quiz_generations.id",
+        target_exists=_row_exists(_generations),
+        already_done=_row_completed(_generations),
+        mirror=Mirror(_generations),
+    ),
+    JobSpec(
+        job_type=JobType.GITHUB_STAR_RECOMMENDATION,
+        consumer=AI_WORKER,
+        handler="san_ai_worker.handlers.star_recommendation:StarRecommendationHandler",
+        target="users.id",
+        target_exists=lambda target_id: exists().where(User.id == target_id),
+        # Every run makes a new set of recommendations: never "already done".
+        already_done=lambda target_id: false(),
+    ),
+    JobSpec(
+        job_type=JobType.TIL_GITHUB_COMMIT,
+        consumer=GITHUB_WORKER,
+        handler="san_github_worker.til_commit:TilGithubCommitHandler",
+        target="til_github_commits.id",
+        target_exists=_row_exists(_commits),
+        already_done=_row_completed(_commits),
+        mirror=Mirror(_commits),
+        # GitHub asks for patience: more tries, gentler backoff than the AI jobs.
+        retry=None,
+    ),
+)
+
+_REGISTRY: dict[str, JobSpec] = {str(spec.job_type): spec for spec in _BUILT_IN}
+
+
+def spec_for(job_type: str) -> JobSpec:
+    try:
+        return _REGISTRY[str(job_type)]
+    except KeyError:
+        raise UnknownJobType(str(job_type)) from None
+
+
+def find(job_type: str) -> JobSpec | None:
+    return _REGISTRY.get(str(job_type))
+
+
+def all_specs() -> list[JobSpec]:
+    return list(_REGISTRY.values())
+
+
+def job_types(consumer: str | None = None) -> list[str]:
+    return [t for t, s in _REGISTRY.items() if consumer is None or s.consumer == consumer]
+
+
+def mirrored() -> dict[str, Mirror]:
+    return {t: s.mirror for t, s in _REGISTRY.items() if s.mirror is not None}
+
+
+def register(spec: JobSpec) -> None:
+    """Add a job type at start-up (before the topology is declared)."""
+    if str(spec.job_type) in _REGISTRY:
+        raise ValueError(f"job type {spec.job_type!r} is already registered")
+    _REGISTRY[str(spec.job_type)] = spec
+
+
+def unregister(job_type: str) -> None:
+    _REGISTRY.pop(str(job_type), None)
+
+
+@contextmanager
+def registered(spec: JobSpec) -> Iterator[JobSpec]:
+    """`register` for the duration of a block (tests)."""
+    register(spec)
+    try:
+        yield spec
+    finally:
+        unregister(spec.job_type)

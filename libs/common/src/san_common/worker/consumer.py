@@ -1,0 +1,204 @@
+"""The AMQP side of a worker: one connection, one channel, one consumer per queue the
+process serves, and one limit on the jobs running at once in the process.
+
+Quorum queues do not support a channel-global prefetch (`basic.qos(global=True)`), so
+`WORKER_PREFETCH` is enforced in two layers: each consumer's prefetch is the limit (a
+single busy queue may use all of it), and a process-wide semaphore of the same size lets at
+most that many deliveries execute at once. Deliveries beyond it wait in memory, unacked
+(at most `(queues - 1) × prefetch` of them): the broker gives them to another worker if
+this one dies, and a prefetch-1 worker runs exactly one job at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+
+from san_common.broker.monitor import connection_is_open
+from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
+
+log = logging.getLogger("san_common.worker")
+
+
+class AmqpDelivery:
+    """An aio-pika message as the executor's `Delivery`."""
+
+    def __init__(
+        self, message: AbstractIncomingMessage, dead_letters: AbstractExchange, job_type: str
+    ) -> None:
+        self._message = message
+        self._dead_letters = dead_letters
+        self._job_type = job_type
+
+    @property
+    def body(self) -> bytes:
+        return self._message.body
+
+    @property
+    def headers(self) -> Mapping[str, Any]:
+        return self._message.headers or {}
+
+    @property
+    def delivery_count(self) -> int:
+        count = self.headers.get("x-delivery-count", 0)
+        return count if isinstance(count, int) else 0
+
+    async def ack(self) -> None:
+        await self._message.ack()
+
+    async def requeue(self) -> None:
+        await self._message.nack(requeue=True)
+
+    async def dead_letter(self, reason: str) -> None:
+        """Republish to the DLX with the reason (confirmed), then ack; if that fails, reject,
+        and the queue's own dead-lettering takes it (with `x-death`, without our reason)."""
+        original = self._message
+        try:
+            await self._dead_letters.publish(
+                aio_pika.Message(
+                    body=original.body,
+                    headers={**(original.headers or {}), REASON_HEADER: reason[:500]},
+                    content_type=original.content_type,
+                    message_id=original.message_id,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                ),
+                routing_key=self._job_type,
+                timeout=10,
+            )
+        except Exception:
+            log.warning("could not republish the dead letter; rejecting it", exc_info=True)
+            await original.reject(requeue=False)
+            return
+        await original.ack()
+
+
+Handle = Callable[[AmqpDelivery], Awaitable[object]]
+
+
+class Consumer:
+    def __init__(
+        self,
+        *,
+        amqp_url: str,
+        topology: Topology,
+        job_types: Sequence[str],
+        prefetch: int,
+        drain_seconds: float,
+        handle: Handle,
+    ) -> None:
+        self._amqp_url = amqp_url
+        self._topology = topology
+        self._job_types = list(job_types)
+        self._prefetch = prefetch
+        self._drain_seconds = drain_seconds
+        self._handle = handle
+        self._slots = asyncio.Semaphore(prefetch)
+        self._inflight: set[asyncio.Task[None]] = set()
+        self.connected = asyncio.Event()
+        # Readiness (what `consuming()` reads; no probe touches the broker).
+        self._connection: AbstractRobustConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._consuming = False
+
+    def consuming(self) -> bool:
+        """Ready (SPEC §7): the consumer connection and channel are open and its consumers
+        registered; false while aio_pika reconnects and once draining starts."""
+        return (
+            self._consuming
+            and connection_is_open(self._connection)
+            and self._channel is not None
+            and not self._channel.is_closed
+        )
+
+    async def run(self, stop: asyncio.Event, *, worker_id: str) -> None:
+        """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
+        finish for up to `drain_seconds`, then cancel the rest (the executor releases their
+        jobs and requeues their messages)."""
+        connection = await aio_pika.connect_robust(self._amqp_url)
+        try:
+            # Confirms: a dead letter republished with its reason is acked only once the
+            # broker has it.
+            channel = await connection.channel(publisher_confirms=True)
+            await channel.set_qos(prefetch_count=self._prefetch)
+            consumers = await self._consume(channel)
+            log.info(
+                "worker consuming",
+                extra={
+                    "fields": {
+                        "worker_id": worker_id,
+                        "queues": [q.name for q, _ in consumers],
+                        "prefetch": self._prefetch,
+                    }
+                },
+            )
+            self._connection, self._channel, self._consuming = connection, channel, True
+            self.connected.set()
+            await stop.wait()
+            self._consuming = False
+            log.info("worker draining", extra={"fields": {"in_flight": len(self._inflight)}})
+            for queue, tag in consumers:
+                await queue.cancel(tag)
+            await self._drain()
+        finally:
+            await connection.close()
+            log.info("worker stopped")
+
+    async def _consume(self, channel: AbstractChannel) -> list[tuple[AbstractQueue, str]]:
+        queues = await declare_topology(channel, self._topology)
+        dead_letters = await channel.get_exchange(self._topology.dead_letter_exchange)
+        consumers: list[tuple[AbstractQueue, str]] = []
+        for job_type in self._job_types:
+            queue = queues[job_type]
+
+            async def on_message(
+                message: AbstractIncomingMessage, job_type: str = job_type
+            ) -> None:
+                self._start(AmqpDelivery(message, dead_letters, job_type))
+
+            consumers.append((queue, await queue.consume(on_message)))
+        return consumers
+
+    def _receiver(
+        self, dead_letters: AbstractExchange, job_type: str
+    ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
+        async def on_message(message: AbstractIncomingMessage) -> None:
+            self._start(AmqpDelivery(message, dead_letters, job_type))
+
+        return on_message
+
+    def _start(self, delivery: AmqpDelivery) -> None:
+        task = asyncio.create_task(self._run_one(delivery))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _run_one(self, delivery: AmqpDelivery) -> None:
+        async with self._slots:
+            try:
+                await self._handle(delivery)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the executor settles every delivery; this is the last net
+                log.exception("delivery handler crashed; the message is requeued")
+                try:
+                    await delivery.requeue()
+                except Exception:
+                    log.info("requeue failed; the broker redelivers the message")
+
+    async def _drain(self) -> None:
+        if not self._inflight:
+            return
+        _, pending = await asyncio.wait(self._inflight, timeout=self._drain_seconds)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)

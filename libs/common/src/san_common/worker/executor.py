@@ -1,0 +1,413 @@
+"""The executor: one delivery → one try of a job, and the delivery settled (acked,
+requeued or dead-lettered) whatever happens.
+
+Per delivery:
+1. parse the envelope — unreadable, unknown version or job type → dead letter (with the
+   reason in the `x-san-reason` header);
+2. claim (a new try, `tries` + 1 = its fencing token). Not claimable: done or unknown →
+   ack; held by another worker under a live lease → a new message is scheduled through the
+   outbox for the lease's expiry, then ack (the delivery is never simply dropped); waiting
+   for its next try → ack (its message for that time is already in the outbox);
+3. `load` (short transaction) → `run` (no transaction, bounded by the job type's timeout)
+   → `store` + COMPLETED (one transaction, fenced); on failure the `RetryPolicy` decides:
+   a retry ends the try, sets the job PENDING with `next_attempt_at` and adds its next
+   message to the outbox, due then (one transaction) — nobody sleeps holding a slot; giving
+   up marks it FAILED with the cause chain;
+4. ack last, so a crash anywhere before redelivers the message, and the claim makes that
+   redelivery harmless.
+
+Errors are classified by *where* they happen: an exception out of `handler.run` is the
+external call's (never a database outage, even a TimeoutError / OSError); one out of the
+executor's own database calls that `is_connection_loss` recognises is an outage: the try
+is released (best effort), and the message requeued after a pause (`ROUND_BACKOFF` by
+delivery count) — never FAILED. Anything unexpected is caught too: no delivery is ever
+left unsettled, and the quorum queue's delivery limit ends a message that keeps failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from san_common.errors import (
+    PermanentJobError,
+    Stage,
+    cause_chain,
+    is_connection_loss,
+    summarize,
+)
+from san_common.jobs import registry
+from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
+from san_common.jobs.repository import JobState, TryOutcome
+from san_common.jobs.types import JobStatus
+from san_common.retry import ROUND_BACKOFF, GiveUp, Retry, RetryPolicy
+from san_common.worker.handler import JobHandler
+from san_common.worker.store import Claim, JobStore
+
+log = logging.getLogger("san_common.worker")
+
+
+class Delivery(Protocol):
+    """One message as the broker handed it over (aio-pika's, or an in-memory one)."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Mapping[str, Any]: ...
+
+    @property
+    def delivery_count(self) -> int:
+        """How many times the broker delivered it before (quorum queues count)."""
+        ...
+
+    async def ack(self) -> None: ...
+
+    async def requeue(self) -> None: ...
+
+    async def dead_letter(self, reason: str) -> None:
+        """To the dead-letter queue, keeping `reason` (header `x-san-reason`)."""
+        ...
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRY = "retry"
+    RATE_LIMITED = "rate_limited"
+    LEASE_LOST = "lease_lost"
+    SKIPPED = "skipped"
+    DEFERRED = "deferred"  # another worker holds the job: the message comes back later
+    REQUEUED = "requeued"  # a database outage interrupted the try
+    RELEASED = "released"  # shutdown interrupted the try
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    prefetch: int = 10  # jobs running at once in the process (see consumer.py)
+    lease_seconds: float = 20.0
+    max_tries: int = 3
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 300.0
+    drain_seconds: float = 30.0
+    # Waits the remote side asked for (`retry_after`) do not spend `max_tries`, up to this
+    # many per job; a wait longer than `max_retry_after_seconds` fails the job instead.
+    rate_limit_waits: int = 5
+    max_retry_after_seconds: float = 900.0
+    # Grace added to a live lease's expiry before a deferred message comes back.
+    defer_grace_seconds: float = 0.5
+    outage_policy: RetryPolicy = ROUND_BACKOFF
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        return self.lease_seconds / 3
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_tries=self.max_tries,
+            backoff_seconds=self.backoff_seconds,
+            max_backoff_seconds=self.max_backoff_seconds,
+            max_retry_after_seconds=self.max_retry_after_seconds,
+            max_rate_limit_waits=self.rate_limit_waits,
+        )
+
+
+@dataclass
+class JobContext:
+    """What middleware sees of one delivery being executed."""
+
+    envelope: JobMessage
+    delivery: Delivery
+    worker_id: str
+    claim: Claim | None = None
+    fields: dict[str, object] = field(default_factory=dict)  # added to the outcome's log line
+
+
+Next = Callable[[], Awaitable[Outcome]]
+Middleware = Callable[[JobContext, Next], Awaitable[Outcome]]
+
+
+class _Outage(Exception):
+    """The executor's own database call lost its connection."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        handlers: Mapping[str, JobHandler[Any, Any]],
+        config: RuntimeConfig,
+        worker_id: str,
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
+        self._store = store
+        self._handlers = {str(t): h for t, h in handlers.items()}
+        self._config = config
+        self._policy = config.retry_policy()
+        self._lease = timedelta(seconds=config.lease_seconds)
+        self._middleware = tuple(middleware)
+        self.worker_id = worker_id
+        self._active: set[uuid.UUID] = set()  # jobs this process is running now
+
+    @property
+    def job_types(self) -> list[str]:
+        return list(self._handlers)
+
+    async def handle(self, delivery: Delivery) -> Outcome:
+        """Execute one delivery and settle it. Raises only CancelledError (shutdown), after
+        giving the job and its message back."""
+        try:
+            envelope = JobMessage.model_validate_json(delivery.body)
+        except ValidationError as exc:
+            return await self._dead_letter(
+                delivery, "unreadable", f"unreadable job message: {str(exc)[:300]}"
+            )
+        if envelope.version != ENVELOPE_VERSION:
+            return await self._dead_letter(
+                delivery,
+                "version",
+                f"envelope version {envelope.version}; this worker reads {ENVELOPE_VERSION}",
+            )
+        handler = self._handlers.get(envelope.job_type)
+        if handler is None:
+            return await self._dead_letter(
+                delivery, "unroutable", f"this worker has no handler for {envelope.job_type}"
+            )
+        context = JobContext(envelope, delivery, self.worker_id)
+        call: Next = lambda: self._execute(context, handler)  # noqa: E731
+        for middleware in reversed(self._middleware):
+            call = _bind(middleware, context, call)
+        return await call()
+
+    # -- one job ---------------------------------------------------------------------------
+
+    async def _execute(self, context: JobContext, handler: JobHandler[Any, Any]) -> Outcome:
+        job_id = context.envelope.job_id
+        if job_id in self._active:
+            # Two deliveries of one job in this process at once: the first one runs it.
+            await self._ack(context.delivery)
+            return Outcome.SKIPPED
+        self._active.add(job_id)
+        try:
+            return await self._attempt(context, handler)
+        finally:
+            self._active.discard(job_id)
+
+    async def _attempt(self, context: JobContext, handler: JobHandler[Any, Any]) -> Outcome:
+        delivery = context.delivery
+        try:
+            try:
+                # Not in `_active`, so a PROCESSING row this worker owns is a try an outage
+                # interrupted: taking it back (a new try) is safe.
+                got = await self._store.claim(
+                    context.envelope.job_id, self.worker_id, self._lease, reclaim_own=True
+                )
+            except Exception as exc:  # the claim is all database
+                raise _Outage(exc) from exc
+            if not isinstance(got, Claim):
+                outcome = await self._not_claimed(context, got)
+            else:
+                context.claim = got
+                log.debug("job claimed", extra={"fields": {"try": got.try_no}})
+                outcome = await self._run_claimed(context, handler, got)
+            await self._ack(delivery)
+            return outcome
+        except _Outage as outage:
+            return await self._after_outage(context, outage.error)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._give_back(context, "released on shutdown"))
+            raise
+        except Exception:  # a bug here must not leave the delivery unsettled
+            log.exception("unexpected error executing a job; message requeued")
+            await self._give_back(context, "unexpected worker error")
+            return Outcome.REQUEUED
+
+    async def _not_claimed(self, context: JobContext, state: JobState | None) -> Outcome:
+        if state is None or state.status not in (
+            JobStatus.PENDING.value,
+            JobStatus.PROCESSING.value,
+        ):
+            return Outcome.SKIPPED  # done (or unknown): a duplicate or late delivery
+        if state.status == JobStatus.PENDING.value:
+            # Waiting for its next try, whose message is already in the outbox.
+            context.fields["next_attempt_at"] = state.next_attempt_at
+            return Outcome.SKIPPED
+        # Another worker holds it under a live lease. Never drop the message: bring it back
+        # when that lease runs out, so a vanished worker's job is taken over (the rescuer
+        # does the same from the relay; whichever arrives second is skipped).
+        expiry = state.lease_expires_at or state.now
+        at = max(expiry, state.now) + timedelta(seconds=self._config.defer_grace_seconds)
+        try:
+            await self._store.defer(context.envelope.job_id, at)
+        except Exception as exc:
+            raise _Outage(exc) from exc
+        context.fields["deferred_until"] = at
+        return Outcome.DEFERRED
+
+    async def _run_claimed(
+        self, context: JobContext, handler: JobHandler[Any, Any], claim: Claim
+    ) -> Outcome:
+        policy = self._policy_for(claim.job.job_type)
+        if policy.max_tries and claim.spent >= policy.max_tries:
+            # Only lost tries get a job here (a retry is scheduled only with tries left):
+            # a job that keeps losing its worker (it crashes it?) ends.
+            return await self._failed(
+                context,
+                claim,
+                PermanentJobError(
+                    f"gave up after {claim.spent} tries: the last one lost its worker "
+                    "(lease expired)"
+                ),
+                Stage.WORKER,
+            )
+        heartbeat = asyncio.create_task(self._heartbeat(claim))
+        try:
+            try:
+                payload = await self._store.load(claim, handler)
+            except Exception as exc:
+                if is_connection_loss(exc):
+                    raise _Outage(exc) from exc
+                return await self._failed(context, claim, exc, Stage.LOAD)
+            try:
+                result = await asyncio.wait_for(
+                    handler.run(claim.job, payload), self._timeout(claim.job.job_type)
+                )
+            except Exception as exc:  # the external call's failure, whatever its class
+                return await self._failed(context, claim, exc, Stage.CALL)
+            try:
+                stored = await self._store.finish(claim, handler, result)
+            except Exception as exc:
+                if is_connection_loss(exc):
+                    raise _Outage(exc) from exc
+                return await self._failed(context, claim, exc, Stage.STORE)
+            if not stored:
+                return self._lease_lost(context)
+            return Outcome.COMPLETED
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _failed(
+        self, context: JobContext, claim: Claim, exc: BaseException, stage: str
+    ) -> Outcome:
+        job_type = claim.job.job_type
+        decision = self._policy_for(job_type).decide(exc, claim.spent + 1, waits=claim.waits)
+        chain = cause_chain(exc)
+        try:
+            if isinstance(decision, Retry):
+                outcome = Outcome.RETRY if decision.spends_try else Outcome.RATE_LIMITED
+                at = await self._store.retry(
+                    claim,
+                    delay=decision.after,
+                    error=f"{job_type} failed: {chain}",
+                    summary=summarize(exc, stage, retrying=True),
+                    outcome=TryOutcome(outcome.value),
+                    checkpoint=getattr(exc, "checkpoint", None),
+                )
+                if at is None:
+                    return self._lease_lost(context)
+                context.fields.update(error=chain, next_attempt_at=at)
+                return outcome
+            assert isinstance(decision, GiveUp)
+            reason = f"{decision.reason}: {chain}" if decision.reason else chain
+            message = f"{job_type} failed: {reason}"
+            if not await self._store.fail(claim, message, summarize(exc, stage)):
+                return self._lease_lost(context)
+            context.fields["error"] = reason
+            return Outcome.FAILED
+        except Exception as db_exc:
+            if is_connection_loss(db_exc):
+                raise _Outage(db_exc) from db_exc
+            raise
+
+    def _lease_lost(self, context: JobContext) -> Outcome:
+        log.warning("lease lost to another worker; this try's writes changed nothing")
+        return Outcome.LEASE_LOST
+
+    async def _heartbeat(self, claim: Claim) -> None:
+        interval = self._config.heartbeat_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if not await self._store.extend(claim, self._lease):
+                    log.warning("heartbeat found the job taken over; its result will not count")
+                    return
+            except Exception:  # a missed beat is survivable; the next one may get through
+                log.warning("heartbeat failed", exc_info=True)
+
+    # -- giving back --------------------------------------------------------------------------
+
+    async def _after_outage(self, context: JobContext, error: BaseException) -> Outcome:
+        """Not the job's fault: pause (growing with the delivery count, so a long outage does
+        not spin), give the try back if the database lets us, requeue."""
+        decision = self._config.outage_policy.decide(error, context.delivery.delivery_count + 1)
+        pause = decision.after if isinstance(decision, Retry) else 0.0
+        log.warning(
+            "database unavailable; job requeued",
+            extra={"fields": {"error": cause_chain(error)[:500], "retry_in_s": pause}},
+        )
+        await asyncio.sleep(pause)
+        await self._give_back(context, "released after a database outage")
+        return Outcome.REQUEUED
+
+    async def _give_back(self, context: JobContext, reason: str) -> None:
+        """Release the try (best effort: if the database is away, its lease runs out or this
+        worker takes it back) and requeue the message. Never raises."""
+        if context.claim is not None:
+            try:
+                await self._store.release(context.claim, reason)
+            except Exception:
+                log.info("could not release the job; its lease will expire", exc_info=True)
+        try:
+            await context.delivery.requeue()
+        except Exception:  # the channel is gone: the broker redelivers unacked messages
+            log.info("could not requeue the message; the broker redelivers it", exc_info=True)
+
+    async def _ack(self, delivery: Delivery) -> None:
+        try:
+            await delivery.ack()
+        except Exception:
+            # The channel closed under us (a broker reconnect): the broker redelivers the
+            # message, and the claim makes the redelivery harmless.
+            log.info("ack failed; the broker will redeliver the message", exc_info=True)
+
+    async def _dead_letter(self, delivery: Delivery, kind: str, reason: str) -> Outcome:
+        from san_common import metrics
+
+        log.error("message dead-lettered: %s", reason, extra={"fields": {"reason": reason}})
+        metrics.MESSAGES_DEAD_LETTERED.labels(kind).inc()
+        try:
+            await delivery.dead_letter(reason)
+        except Exception:
+            log.exception("could not dead-letter the message; requeued")
+            with contextlib.suppress(Exception):
+                await delivery.requeue()
+        return Outcome.DEAD_LETTERED
+
+    def _policy_for(self, job_type: str) -> RetryPolicy:
+        spec = registry.find(job_type)
+        return spec.retry if spec is not None and spec.retry is not None else self._policy
+
+    def _timeout(self, job_type: str) -> float:
+        spec = registry.find(job_type)
+        return spec.timeout_seconds if spec is not None else 600.0
+
+
+def _bind(middleware: Middleware, context: JobContext, call: Next) -> Next:
+    return lambda: middleware(context, call)
