@@ -346,7 +346,7 @@ async def make_available_again(
                 {
                     "message_id": m.message_id,
                     "exchange": JOBS_EXCHANGE,
-                    "routing_key": m.job_type.value,
+                    "routing_key": m.job_type,
                     "body": m.model_dump(mode="json"),
                     "headers": {},
                 }
