@@ -35,8 +35,9 @@ async def retry_or_give_up(
             session, job.job_id, from_status=job.status, message=ghost
         ):
             return Outcome.SKIPPED  # settled by its worker meanwhile
-        await repository.reset_mirror(session, job_type, job.target_id)
         try:
+            # Takes the job type's per-user lock (the registry's: one active TIL per user)
+            # and refuses while the user has another active job of a per-user type.
             await register_job_in_transaction(
                 session,
                 job_type=job_type,
@@ -45,7 +46,10 @@ async def retry_or_give_up(
                 attempt=job.attempt + 1,
             )
         except DuplicateActiveJob:
-            return Outcome.SKIPPED  # someone else registered it: the target is covered
+            # Someone else registered it (the target is covered), or the user has another
+            # active TIL: a later run retries once that one ended.
+            return Outcome.SKIPPED
+        await repository.reset_mirror(session, job_type, job.target_id)
         return Outcome.REGISTERED
 
     message = f"{GAVE_UP_PREFIX} {why_not}: {ghost or job.error_message or 'no error recorded'}"

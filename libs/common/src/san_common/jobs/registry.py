@@ -181,7 +181,7 @@ _BUILT_IN = (
         target_exists=_row_exists(_commits),
         already_done=_row_completed(_commits),
         mirror=Mirror(_commits),
-        # GitHub asks for patience: more tries, gentler backoff than the AI jobs.
+        # The github-worker's own settings (WORKER_MAX_TRIES defaults to 5 there).
         retry=None,
     ),
 )

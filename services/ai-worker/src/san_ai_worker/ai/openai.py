@@ -202,11 +202,17 @@ class OpenAICompatibleProvider:
         # Some servers echo the key they rejected; the body is redacted before it is quoted.
         detail = redact(_excerpt(response.text), (self._api_key,))
         message = f"AI server answered {status} on {path}" + (f": {detail}" if detail else "")
+        error: JobFailure
         if status == 429:
-            return TransientJobError(message, retry_after=_retry_after(response))
-        if status == 408 or status >= 500:
-            return TransientJobError(message)
-        return PermanentJobError(message)
+            error = TransientJobError(message, retry_after=_retry_after(response))
+        elif status == 408 or status >= 500:
+            error = TransientJobError(message)
+        else:
+            error = PermanentJobError(message)
+        # For the client-facing summary (san_common.errors.summarize): status and call only.
+        error.status = status  # type: ignore[attr-defined]
+        error.call = f"the AI call {path}"  # type: ignore[attr-defined]
+        return error
 
 
 @functools.cache

@@ -1,0 +1,239 @@
+"""The executor against an in-memory store and delivery: what it decides, and that every
+delivery is settled exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+import asyncpg
+import pytest
+from sqlalchemy import exc as sa_exc
+
+from san_common.errors import PermanentJobError, TransientJobError
+from san_common.models import AsyncJob
+from san_common.retry import RetryPolicy
+from san_common.worker import Executor, Outcome, RuntimeConfig
+from tests.unit.memory import Broken, MemoryDelivery, MemoryStore, delivery_for, new_job
+
+CONFIG = RuntimeConfig(
+    max_tries=3,
+    backoff_seconds=2.0,
+    outage_policy=RetryPolicy(max_tries=0, backoff_seconds=0.0, retry_everything=True),
+)
+
+
+class Scripted:
+    """A handler whose `run` raises the scripted errors in turn, then returns "result"."""
+
+    job_type: ClassVar[str] = "CARD_ANALYSIS"
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.runs = 0
+        self.seen_checkpoint: object = None
+
+    async def load(self, session: Any, job: AsyncJob) -> str:
+        return "payload"
+
+    async def run(self, job: AsyncJob, payload: str) -> str:
+        self.runs += 1
+        self.seen_checkpoint = job.checkpoint
+        if self.errors:
+            raise self.errors.pop(0)
+        return "result"
+
+    async def store(self, session: Any, job: AsyncJob, result: str) -> None:
+        assert result == "result"
+
+
+def executor(store: MemoryStore, handler: Scripted) -> Executor:
+    return Executor(
+        store=store, handlers={"CARD_ANALYSIS": handler}, config=CONFIG, worker_id="w-test"
+    )
+
+
+async def test_a_job_completes_and_its_delivery_is_acked() -> None:
+    store, handler = MemoryStore(), Scripted()
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.COMPLETED
+    assert delivery.settled == ["ack"]
+    assert (job.status, job.tries, store.stored) == ("COMPLETED", 1, ["result"])
+
+
+async def test_a_transient_failure_schedules_the_next_try_and_acks_without_waiting() -> None:
+    store, handler = MemoryStore(), Scripted(TransientJobError("AI server answered 503"))
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.RETRY
+    assert delivery.settled == ["ack"]
+    (retry,) = store.retries
+    assert retry["delay"] == 2.0 and retry["outcome"] == "retry"
+    assert retry["error"] == "CARD_ANALYSIS failed: AI server answered 503"
+    assert retry["summary"].endswith("; will retry")
+    assert job.status == "PENDING" and job.next_attempt_at is not None
+
+
+@pytest.mark.parametrize("error", [TimeoutError(), ConnectionResetError("reset"), OSError("x")])
+async def test_an_os_error_from_the_handler_is_the_call_s_failure_never_an_outage(
+    error: BaseException,
+) -> None:
+    store, handler = MemoryStore(), Scripted(error)
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    outcome = await executor(store, handler).handle(delivery)
+    # TimeoutError / ConnectionError are transient; a bare OSError is not known to be
+    assert outcome in (Outcome.RETRY, Outcome.FAILED)
+    assert outcome != Outcome.REQUEUED and delivery.settled == ["ack"]
+
+
+async def test_the_last_try_fails_the_job_with_the_cause_chain() -> None:
+    store, handler = MemoryStore(spent=2), Scripted(TransientJobError("AI timed out"))
+    job = store.add(new_job())
+    assert await executor(store, handler).handle(delivery_for(job)) == Outcome.FAILED
+    assert job.error_message == "CARD_ANALYSIS failed: gave up after 3 tries: AI timed out"
+    assert job.error_summary == "temporary failure during the external call"
+
+
+async def test_a_permanent_failure_fails_at_once() -> None:
+    store, handler = MemoryStore(), Scripted(PermanentJobError("scrap is gone"))
+    job = store.add(new_job())
+    assert await executor(store, handler).handle(delivery_for(job)) == Outcome.FAILED
+    assert job.error_message == "CARD_ANALYSIS failed: scrap is gone"
+
+
+async def test_a_rate_limit_wait_spends_no_try_and_keeps_the_checkpoint() -> None:
+    limited = TransientJobError("slow down", retry_after=30.0)
+    limited.checkpoint = {"analysis": {"title": "kept"}}
+    store, handler = MemoryStore(), Scripted(limited)
+    job = store.add(new_job())
+    assert await executor(store, handler).handle(delivery_for(job)) == Outcome.RATE_LIMITED
+    (retry,) = store.retries
+    assert retry["delay"] == 30.0 and retry["outcome"] == "rate_limited"
+    assert retry["checkpoint"] == {"analysis": {"title": "kept"}}
+
+
+@pytest.mark.parametrize("stage", ["claim", "load", "finish", "fail"])
+@pytest.mark.parametrize(
+    "loss",
+    [
+        lambda: asyncpg.exceptions.AdminShutdownError("terminating connection"),
+        lambda: sa_exc.DBAPIError("S", {}, Exception("database system is shutting down")),
+        lambda: sa_exc.DBAPIError("S", {}, Exception("x"), connection_invalidated=True),
+        lambda: ConnectionResetError("reset"),
+    ],
+)
+async def test_a_lost_database_connection_requeues_never_fails(stage: str, loss: Any) -> None:
+    errors = [PermanentJobError("the job's own failure")] if stage == "fail" else []
+    store, handler = MemoryStore(fail_on={stage: loss()}), Scripted(*errors)
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.REQUEUED
+    assert delivery.settled == ["requeue"]
+    assert job.status == "PENDING"  # released (the claim's own failure never claimed it)
+    assert job.error_message is None
+
+
+async def test_an_unexpected_store_error_still_settles_the_delivery() -> None:
+    store, handler = MemoryStore(fail_on={"fail": Broken("a bug")}), Scripted(ValueError("x"))
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.REQUEUED
+    assert delivery.settled == ["requeue"] and job.status == "PENDING"
+
+
+async def test_a_fenced_out_finish_is_lease_lost() -> None:
+    store, handler = MemoryStore(finish_result=False), Scripted()
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.LEASE_LOST
+    assert delivery.settled == ["ack"] and store.stored == []
+
+
+async def test_a_duplicate_after_completion_is_skipped_and_not_run_again() -> None:
+    store, handler = MemoryStore(), Scripted()
+    job = store.add(new_job())
+    run = executor(store, handler)
+    assert await run.handle(delivery_for(job)) == Outcome.COMPLETED
+    late = delivery_for(job)
+    assert await run.handle(late) == Outcome.SKIPPED
+    assert late.settled == ["ack"] and handler.runs == 1 and job.tries == 1
+
+
+async def test_a_job_under_another_worker_s_live_lease_is_deferred_to_its_expiry() -> None:
+    store, handler = MemoryStore(), Scripted()
+    expiry = datetime.now(UTC) + timedelta(seconds=15)
+    job = store.add(new_job())
+    job.status, job.worker_id, job.lease_expires_at = "PROCESSING", "other", expiry
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.DEFERRED
+    assert delivery.settled == ["ack"] and handler.runs == 0
+    assert store.deferred == [expiry + timedelta(seconds=CONFIG.defer_grace_seconds)]
+
+
+async def test_an_expired_lease_is_taken_over_under_the_same_job_id() -> None:
+    store, handler = MemoryStore(), Scripted()
+    job = store.add(new_job())
+    job.status, job.worker_id, job.tries = "PROCESSING", "dead", 1
+    job.lease_expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    assert await executor(store, handler).handle(delivery_for(job)) == Outcome.COMPLETED
+    assert (job.status, job.tries) == ("COMPLETED", 2)
+
+
+async def test_a_job_waiting_for_its_next_try_is_not_run_early() -> None:
+    store, handler = MemoryStore(), Scripted()
+    job = store.add(new_job())
+    job.next_attempt_at = datetime.now(UTC) + timedelta(minutes=5)
+    assert await executor(store, handler).handle(delivery_for(job)) == Outcome.SKIPPED
+    assert handler.runs == 0 and job.status == "PENDING"
+
+
+async def test_a_job_that_keeps_losing_its_worker_ends_failed() -> None:
+    store, handler = MemoryStore(spent=3), Scripted()
+    job = store.add(new_job())
+    assert await executor(store, handler).handle(delivery_for(job)) == Outcome.FAILED
+    assert handler.runs == 0 and "lost its worker" in (job.error_message or "")
+
+
+@pytest.mark.parametrize(
+    ("delivery", "reason"),
+    [
+        (MemoryDelivery(b"{not json"), "unreadable job message"),
+        (None, "envelope version 2; this worker reads 1"),
+        (None, "this worker has no handler for SCRAP_REFINE"),
+    ],
+)
+async def test_messages_it_cannot_run_are_dead_lettered_with_their_reason(
+    delivery: MemoryDelivery | None, reason: str
+) -> None:
+    store, handler = MemoryStore(), Scripted()
+    job = store.add(new_job())
+    if delivery is None:
+        change = {"version": 2} if "version" in reason else {"job_type": "SCRAP_REFINE"}
+        delivery = delivery_for(job, **change)
+    assert await executor(store, handler).handle(delivery) == Outcome.DEAD_LETTERED
+    assert delivery.settled == ["dead_letter"] and handler.runs == 0
+    assert delivery.dead_reason is not None and delivery.dead_reason.startswith(reason)
+
+
+async def test_shutdown_mid_job_releases_it_and_requeues_the_message() -> None:
+    store = MemoryStore()
+    started = asyncio.Event()
+
+    class Hangs(Scripted):
+        async def run(self, job: AsyncJob, payload: str) -> str:
+            started.set()
+            await asyncio.Event().wait()
+            raise AssertionError("never")
+
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    task = asyncio.create_task(executor(store, Hangs()).handle(delivery))
+    await asyncio.wait_for(started.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert delivery.settled == ["requeue"] and job.status == "PENDING"
+    assert store.tries == [(job.job_id, 1, "released")]

@@ -1,0 +1,142 @@
+"""Runtime v2 end to end in-process (real PostgreSQL, RabbitMQ, relay): retries through
+the outbox without holding a slot (issue 9, acceptance 5) and a job type added through the
+registry alone (acceptance 6)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any, ClassVar
+
+import aio_pika
+import httpx
+import pytest
+from sqlalchemy import exists
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_ai_worker.ai.provider import build_provider
+from san_ai_worker.handlers import build_handlers
+from san_common.broker.topology import Topology
+from san_common.jobs import registry
+from san_common.jobs.registration import register_job
+from san_common.jobs.repository import tries_of
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob, User
+from san_common.worker import RuntimeConfig
+from tests.fakes.fake_ai import FakeAiServer
+from tests.running import worker_and_relay
+from tests.waiting import eventually, settled_job, settled_job_via_api
+
+pytestmark = pytest.mark.rabbit
+
+
+@pytest.fixture
+async def ai_provider(fake_ai: FakeAiServer) -> AsyncIterator[Any]:
+    fake_ai.set_fault(None)
+    provider = build_provider("openai", base_url=fake_ai.base_url, api_key="k", timeout_seconds=5)
+    yield provider
+    fake_ai.set_fault(None)
+    await provider.aclose()
+
+
+async def test_a_job_waiting_for_its_retry_holds_no_slot_and_completes_under_its_id(
+    api: httpx.AsyncClient,
+    new_user: Any,
+    sessions: async_sessionmaker[AsyncSession],
+    db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fake_ai: FakeAiServer,
+    ai_provider: Any,
+) -> None:
+    handlers = {JobType.CARD_ANALYSIS: build_handlers(ai_provider)[JobType.CARD_ANALYSIS]}
+    # One job at a time, and a retry 8 s away: what completes meanwhile did so while the
+    # first job waited, not after it.
+    config = RuntimeConfig(prefetch=1, max_tries=3, backoff_seconds=8.0, lease_seconds=20)
+    headers = new_user()
+    fake_ai.set_fault("http_500", times=1)
+    async with worker_and_relay(sessions, db_url, amqp_url, topology, handlers, config):
+        first = await api.post(
+            "/scraps", json={"content": f"retry {uuid.uuid4()}"}, headers=headers
+        )
+        waiting_id = first.json()["analysisJobId"]
+        view: dict[str, Any] = {}
+
+        async def waiting_for_retry() -> bool:
+            nonlocal view
+            view = (await api.get(f"/async-jobs/{waiting_id}", headers=headers)).json()
+            return view["nextAttemptAt"] is not None
+
+        await eventually(waiting_for_retry, within=30, what="the first try to fail")
+        assert (view["status"], view["tries"], view["errorMessage"]) == ("PENDING", 1, None)
+        assert view["lastError"] and "upstream status 500" in view["lastError"]
+        next_attempt = datetime.fromisoformat(view["nextAttemptAt"])
+
+        second = await api.post(
+            "/scraps", json={"content": f"other {uuid.uuid4()}"}, headers=headers
+        )
+        other = await settled_job_via_api(api, headers, second.json()["analysisJobId"])
+        assert other["status"] == "COMPLETED"
+        assert datetime.fromisoformat(other["finishedAt"]) < next_attempt
+
+        done = await settled_job_via_api(api, headers, waiting_id, within=60)
+    assert (done["jobId"], done["status"], done["tries"]) == (waiting_id, "COMPLETED", 2)
+    assert done["nextAttemptAt"] is None and done["errorMessage"] is None
+    async with sessions() as session:
+        outcomes = [t.outcome for t in await tries_of(session, uuid.UUID(waiting_id))]
+    assert outcomes == ["retry", "completed"]
+
+
+class EchoHandler:
+    """The test-only job type's handler: nothing in the runtime knows about it."""
+
+    job_type: ClassVar[str] = "SAN_TEST_ECHO"
+    ran: ClassVar[list[uuid.UUID]] = []
+
+    async def load(self, session: AsyncSession, job: AsyncJob) -> uuid.UUID:
+        return job.target_id
+
+    async def run(self, job: AsyncJob, payload: uuid.UUID) -> uuid.UUID:
+        return payload
+
+    async def store(self, session: AsyncSession, job: AsyncJob, result: uuid.UUID) -> None:
+        self.ran.append(result)
+
+
+ECHO = registry.JobSpec(
+    job_type="SAN_TEST_ECHO",
+    consumer="tests",
+    handler="tests.worker.test_runtime_v2:EchoHandler",
+    target="users.id",
+    target_exists=lambda target_id: exists().where(User.id == target_id),
+    already_done=lambda target_id: exists().where(User.id == target_id),
+)
+
+
+async def test_a_job_type_added_through_the_registry_runs_end_to_end(
+    sessions: async_sessionmaker[AsyncSession],
+    db_url: str,
+    amqp_url: str,
+    topology: Topology,
+) -> None:
+    target = uuid.uuid4()
+    with registry.registered(ECHO):
+        queue = topology.queue_name(ECHO.job_type)
+        try:
+            async with worker_and_relay(
+                sessions, db_url, amqp_url, topology, {ECHO.job_type: EchoHandler()}
+            ):
+                job = await register_job(
+                    sessions, job_type=ECHO.job_type, target_id=target, user_id=uuid.uuid4()
+                )
+                finished = await settled_job(sessions, job.job_id)
+        finally:
+            connection = await aio_pika.connect(amqp_url)
+            channel = await connection.channel()
+            await channel.queue_delete(queue)
+            await connection.close()
+    assert (finished.status, finished.tries) == ("COMPLETED", 1)
+    assert EchoHandler.ran == [target]
+    with pytest.raises(registry.UnknownJobType):
+        registry.spec_for(ECHO.job_type)
