@@ -21,6 +21,9 @@ class JobFailure(Exception):
     result (a JSON object) the runtime keeps for the job's next try (`job.checkpoint`)."""
 
     checkpoint: dict[str, object] | None = None
+    # For the owner's summary (`summarize`): the upstream HTTP status and which call, if any.
+    status: int | None = None
+    call: str | None = None
 
 
 class PermanentJobError(JobFailure):

@@ -210,8 +210,7 @@ class OpenAICompatibleProvider:
         else:
             error = PermanentJobError(message)
         # For the client-facing summary (san_common.errors.summarize): status and call only.
-        error.status = status  # type: ignore[attr-defined]
-        error.call = f"the AI call {path}"  # type: ignore[attr-defined]
+        error.status, error.call = status, f"the AI call {path}"
         return error
 
 
