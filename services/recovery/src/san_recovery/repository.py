@@ -371,17 +371,19 @@ async def prune_jobs(
 ) -> list[tuple[uuid.UUID, str]]:
     """Delete up to `limit` jobs in `status` that finished before the horizon, oldest
     first, skipping rows another transaction holds; (job_id, job_type) of each."""
+    # A CTE, evaluated once: as an `IN (subquery … LIMIT)` the planner may re-run the
+    # subquery per row and delete more than `limit` rows.
     doomed = (
         select(AsyncJob.job_id)
         .where(AsyncJob.status == status.value, AsyncJob.finished_at < finished_before)
         .order_by(AsyncJob.finished_at)
         .limit(limit)
         .with_for_update(skip_locked=True)
-        .scalar_subquery()
+        .cte("doomed")
     )
     rows = await session.execute(
         delete(AsyncJob)
-        .where(AsyncJob.job_id.in_(doomed), AsyncJob.status == status.value)
+        .where(AsyncJob.job_id.in_(select(doomed.c.job_id)), AsyncJob.status == status.value)
         .returning(AsyncJob.job_id, AsyncJob.job_type)
     )
     return [(row[0], row[1]) for row in rows]
