@@ -1,9 +1,13 @@
-"""ASGI middleware: request-body size limit, HTTP metrics and the request's trace span."""
+"""ASGI middleware: request-body size limit; HTTP metrics, trace span, request id and
+access log."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
+import uuid
 
 from prometheus_client import Counter, Histogram
 from starlette.exceptions import HTTPException
@@ -11,6 +15,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from san_api.errors import ContentTooLarge
 from san_common import tracing
+from san_common.logs import log_context
+
+access_log = logging.getLogger("san_api.access")
 
 HTTP_REQUESTS = Counter("san_http_requests_total", "HTTP requests", ["method", "route", "status"])
 HTTP_DURATION = Histogram(
@@ -89,8 +96,12 @@ class BodyLimitMiddleware:
 
 class ObservabilityMiddleware:
     """Per request: a server span (continuing the caller's `traceparent`, so jobs registered
-    inside carry its context in their envelope) and the HTTP metrics. Both are labelled
-    with the route template, not the raw path, which keeps label cardinality bounded."""
+    inside carry its context in their envelope), the HTTP metrics, a request id and one
+    access-log line. All are labelled with the route template, not the raw path, which keeps
+    label cardinality bounded and ids out of the metric names.
+
+    The request id is the caller's `X-Request-ID` when it is a sane token, else a new one;
+    it is echoed in the response and bound to every log line of the request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -102,25 +113,59 @@ class ObservabilityMiddleware:
         method = scope["method"]
         started = time.perf_counter()
         status = 500
+        raw_headers = scope.get("headers") or []
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
+        given = headers.get("x-request-id", "")
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
 
         async def tracking_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = {
+                    **message,
+                    "headers": [
+                        *message.get("headers", []),
+                        (b"x-request-id", request_id.encode()),
+                    ],
+                }
             await send(message)
 
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
-        with tracing.span(method, kind="server", parent=headers) as span:
+        with (
+            log_context(request_id=request_id),
+            tracing.span(method, kind="server", parent=headers) as span,
+        ):
             try:
                 await self.app(scope, receive, tracking_send)
             finally:
+                elapsed = time.perf_counter() - started
                 route = getattr(scope.get("route"), "path", None)
                 HTTP_REQUESTS.labels(method, route or "unmatched", str(status)).inc()
-                HTTP_DURATION.labels(method, route or "unmatched").observe(
-                    time.perf_counter() - started
-                )
+                HTTP_DURATION.labels(method, route or "unmatched").observe(elapsed)
                 if route is not None:
                     span.update_name(f"{method} {route}")
                     span.set_attribute("http.route", route)
                 span.set_attribute("http.request.method", method)
                 span.set_attribute("http.response.status_code", status)
+                _access_line(method, route, scope.get("path", ""), status, elapsed)
+
+
+# A caller's request id is kept when it is a plain token of sane length, else replaced.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# A kubelet probing every few seconds would drown the access log: these go at DEBUG.
+_PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def _access_line(method: str, route: str | None, path: str, status: int, elapsed: float) -> None:
+    fields: dict[str, object] = {
+        "method": method,
+        "route": route or "unmatched",
+        "status": status,
+        "duration_ms": round(elapsed * 1000, 1),
+    }
+    if route is None:  # no template to show: the path, bounded
+        fields["path"] = path[:200]
+    level = logging.DEBUG if route in _PROBE_ROUTES else logging.INFO
+    access_log.log(
+        level, "%s %s %s", method, route or "unmatched", status, extra={"fields": fields}
+    )
