@@ -127,6 +127,28 @@ def test_san_migrate_upgrade_downgrade_current_and_check(fresh_db_url: str) -> N
     assert again.returncode == 0 and "already at" in again.stdout, again
     assert migrate("check", "--wait", "5").returncode == 0
 
+    # a newer release migrated ahead (a revision this code does not know): still current
+    await_sql(fresh_db_url, "UPDATE alembic_version SET version_num = '0999_from_the_future'")
+    ahead = migrate("check")
+    assert ahead.returncode == 0 and "newer than this code's head" in ahead.stdout, ahead
+
+
+def await_sql(url: str, sql: str) -> None:
+    import asyncio
+
+    import asyncpg
+
+    from san_common.db.engine import plain_url
+
+    async def run() -> None:
+        connection = await asyncpg.connect(plain_url(url))
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
+
 
 def test_check_wait_gives_up_with_one_line_when_the_database_never_comes(tmp_path: Path) -> None:
     nowhere = f"postgresql://san:pw-long-enough@127.0.0.1:{infra.free_port()}/san"

@@ -103,6 +103,12 @@ def containers(manifest: Manifest) -> Iterator[Manifest]:
         yield from pod.get("containers", [])
 
 
+def main_containers(manifest: Manifest) -> Iterator[Manifest]:
+    """The containers that run the workload's service (not its init containers)."""
+    for pod in pod_specs(manifest):
+        yield from pod.get("containers", [])
+
+
 def image_name(image: str) -> str:
     """The image reference without its tag or digest."""
     name = image.split("@", 1)[0]

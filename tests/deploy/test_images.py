@@ -4,10 +4,14 @@ from the lock file with only its own package, running as an unprivileged user.""
 from __future__ import annotations
 
 import fnmatch
+import os
+import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +184,66 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_little_else(
         "libs/common/src/san_common/__pycache__/x.pyc",
     ):
         assert _dockerignored(junk), junk
+
+
+# ---- reproducible builds -------------------------------------------------------------
+
+
+def test_one_pinned_uv_everywhere() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    [make_version] = re.findall(r"^UV_VERSION := (\S+)$", makefile, re.M)
+    [image_tag] = re.findall(r"^ARG UV_IMAGE=\S+:(\S+)$", DOCKERFILE.read_text(), re.M)
+    required = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]
+    assert required["required-version"] == f"=={make_version}"
+    assert image_tag == make_version
+    assert f"uv=={make_version}" in makefile.replace("$(UV_VERSION)", make_version)
+
+
+def test_the_build_backend_is_pinned_and_recorded_in_the_lock() -> None:
+    pins = set()
+    for pyproject in [ROOT / "libs/common/pyproject.toml", *ROOT.glob("services/*/pyproject.toml")]:
+        [requirement] = tomllib.loads(pyproject.read_text())["build-system"]["requires"]
+        assert re.fullmatch(r"hatchling==[\d.]+", requirement), (pyproject, requirement)
+        pins.add(requirement)
+    [pin] = pins
+    constraints = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"][
+        "build-constraint-dependencies"
+    ]
+    assert pin in constraints and all("==" in c for c in constraints)
+    manifest = tomllib.loads((ROOT / "uv.lock").read_text())["manifest"]["build-constraints"]
+    assert {f"{c['name']}{c['specifier']}" for c in manifest} == set(constraints)
+
+
+def test_nothing_is_pulled_for_the_dockerfile_frontend_and_mirrors_are_build_args() -> None:
+    text = DOCKERFILE.read_text()
+    assert not re.search(r"^#\s*syntax=", text, re.M), "a syntax line pulls a frontend image"
+    args = set(re.findall(r"^ARG (\w+)", text, re.M))
+    assert {"PYTHON_IMAGE", "UV_IMAGE", "UV_DEFAULT_INDEX", "EXTRA_CA_CERTS"} <= args
+    for stage in parse_dockerfile().values():
+        assert stage.base.startswith("${") or stage.base in parse_dockerfile(), stage.base
+
+
+@pytest.mark.skipif(UV is None, reason="uv is not installed")
+@pytest.mark.parametrize("service", list(services().values()), ids=lambda s: s.name)
+def test_each_images_virtualenv_builds_offline_from_the_lock(
+    stages: dict[str, Stage], service: Service, tmp_path: Path
+) -> None:
+    """The build stage's own `uv sync` commands, run offline (the lock and the warm cache,
+    nothing resolved, nothing downloaded), give a virtualenv whose console script runs —
+    and that also carries `san-migrate`, which the pods' init container runs."""
+    venv = tmp_path / "venv"
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv), "UV_OFFLINE": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    syncs = [run for run in stages[f"build-{service.name}"].args("RUN") if "uv sync" in run]
+    for run in syncs:
+        command = shlex.split(run[run.index("uv sync") :])
+        result = subprocess.run(
+            [str(UV), *command[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    for script in (service.script, "san-migrate"):
+        version = subprocess.run(
+            [str(venv / "bin" / script), "--version"], capture_output=True, text=True, timeout=60
+        )
+        assert version.returncode == 0 and version.stdout.startswith(script), version

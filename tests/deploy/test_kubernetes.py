@@ -19,11 +19,20 @@ from san_common.broker.topology import Topology
 from san_common.crypto import generate_key
 from san_common.jobs.types import AI_JOB_TYPES, GITHUB_JOB_TYPES, JobType
 from tests.deploy import keda
-from tests.deploy.kustomize import build, builtin, containers, image_name, load_documents, pod_specs
+from tests.deploy.kustomize import (
+    build,
+    builtin,
+    containers,
+    image_name,
+    load_documents,
+    main_containers,
+    pod_specs,
+)
 from tests.deploy.services import (
     CONTRACT_VARIABLES,
     ROOT,
     Service,
+    all_console_scripts,
     looks_secret,
     service_of_script,
     services,
@@ -69,7 +78,7 @@ def ours(manifests: list[Manifest]) -> list[Manifest]:
 
 
 def service_of(workload: Manifest) -> Service:
-    [container] = list(containers(workload))
+    [container] = list(main_containers(workload))
     return service_of_script(container["command"][0])
 
 
@@ -224,7 +233,7 @@ def test_env_names_match_the_settings_and_the_settings_accept_them(
     secret_keys = example_secret_keys()
     for workload in ours(rendered):
         service = service_of(workload)
-        [container] = list(containers(workload))
+        [container] = list(main_containers(workload))
         env = container_env(rendered, container)
         unread = set(env) - service.env_names
         assert not unread, f"{service.name} is given variables it never reads: {unread}"
@@ -237,9 +246,30 @@ def test_env_names_match_the_settings_and_the_settings_accept_them(
         assert settings.database_url, service.name
 
 
+def test_no_deployment_starts_before_the_schema_is_current(rendered: list[Manifest]) -> None:
+    """Structurally: each pod's first step is its own image's `san-migrate check --wait`,
+    against the database its service uses, so it cannot start on an older schema."""
+    scripts = all_console_scripts()
+    assert scripts["san-migrate"] == "san-common", "every image ships san-migrate"
+    for deployment in of_kind(ours(rendered), "Deployment"):
+        where = deployment["metadata"]["name"]
+        [pod] = list(pod_specs(deployment))
+        [service] = pod["containers"]
+        [wait] = pod.get("initContainers", [])
+        assert wait["image"] == service["image"], f"{where}: the check knows this release's head"
+        command = wait["command"]
+        assert command[:2] == ["san-migrate", "check"], where
+        assert int(command[command.index("--wait") + 1]) >= 60, where
+        database = {v["name"]: v for v in wait["env"]}["DATABASE_URL"]
+        assert database == {v["name"]: v for v in service["env"]}["DATABASE_URL"], where
+        assert wait["securityContext"]["readOnlyRootFilesystem"] is True, where
+        mounts = {m["name"] for m in wait.get("volumeMounts", [])}
+        assert {v["name"] for v in pod["volumes"]} >= mounts, where
+
+
 def test_the_migration_job_runs_san_migrate(rendered: list[Manifest]) -> None:
     [job] = [w for w in ours(rendered) if w["kind"] == "Job"]
-    [container] = list(containers(job))
+    [container] = list(main_containers(job))
     assert container["command"] == ["san-migrate"]
     assert image_name(container["image"]).endswith("san-migrate")
     assert job["spec"]["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
@@ -301,7 +331,7 @@ def test_the_relay_runs_replicated(rendered: list[Manifest]) -> None:
 def test_grace_periods_outlast_the_longest_job(rendered: list[Manifest]) -> None:
     for worker in WORKER_QUEUES:
         deployment = named(rendered, "Deployment", f"san-{worker}")
-        [container] = list(containers(deployment))
+        [container] = list(main_containers(deployment))
         env = container_env(rendered, container)
         settings = service_of(deployment).settings
         defaults = {name.upper(): f.default for name, f in settings.model_fields.items()}
@@ -323,7 +353,7 @@ def test_grace_periods_outlast_the_longest_job(rendered: list[Manifest]) -> None
         # the drain, then releasing what is left, before the kubelet's SIGKILL
         assert grace >= drain + 10, worker
     api = named(rendered, "Deployment", "san-api")
-    [container] = list(containers(api))
+    [container] = list(main_containers(api))
     pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep" and int(pre_stop[1]) >= 5
     uvicorn_graceful = 20  # san_api.main: timeout_graceful_shutdown
@@ -356,7 +386,7 @@ def test_selectors_select_their_pods(rendered: list[Manifest]) -> None:
 def test_images_are_the_dockerfile_targets(rendered: list[Manifest]) -> None:
     targets = {f"san-{name}" for name in services()}
     for workload in ours(rendered):
-        [container] = list(containers(workload))
+        [container] = list(main_containers(workload))
         image = container["image"]
         name = image_name(image)
         assert name.rsplit("/", 1)[-1] in targets, image
