@@ -166,6 +166,19 @@ class Seed:
             assert body["attempt"] == job.attempt and body["target_id"] == str(job.target_id)
         return {(j.job_type, j.target_id, j.attempt) for j in jobs}
 
+    async def revived(self, job_ids: set[uuid.UUID]) -> set[tuple[str, uuid.UUID, int]]:
+        """(job type, target, attempt) of each of `job_ids` that is PENDING again under its
+        own id, announced by a new outbox message carrying its new attempt."""
+        async with self.sessions() as session:
+            jobs = [j for j in await session.scalars(select(AsyncJob)) if j.job_id in job_ids]
+            bodies = [m.body for m in await session.scalars(select(OutboxMessage))]
+        revived = set()
+        for job in jobs:
+            announced = [b for b in bodies if b["job_id"] == str(job.job_id)]
+            if job.status == "PENDING" and any(b["attempt"] == job.attempt for b in announced):
+                revived.add((job.job_type, job.target_id, job.attempt))
+        return revived
+
     async def status_of(
         self,
         model: type[DailySummary] | type[RecallQuizGeneration] | type[TilGithubCommit],

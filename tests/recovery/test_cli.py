@@ -121,8 +121,10 @@ async def test_two_overlapping_runs_register_each_job_once(
         "ghost": 10, "failed": 10, "orphans": 0, "unrefined": 15, "daily-til": 30, "retention": 0,
     }  # fmt: skip
     new = await seed.registered_since(before)
-    assert len(new) == 65
-    assert sum(1 for t, _, a in new if t == "CARD_ANALYSIS" and a == 2) == 20
+    assert len(new) == 55  # the 10 ghosts are revived under their own ids, not re-created
+    assert sum(1 for t, _, a in new if t == "CARD_ANALYSIS" and a == 2) == 10
+    revived = await seed.revived(before)
+    assert len(revived) == 10 and all(a == 2 for _, _, a in revived)
     async with db() as session:
         tils = await session.scalar(select(func.count()).select_from(DailySummary))
         quizzes = await session.scalar(select(func.count()).select_from(RecallQuizGeneration))

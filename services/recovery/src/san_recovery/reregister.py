@@ -1,4 +1,4 @@
-"""Re-register a job that failed (or is being failed as a ghost), or give up on it.
+"""Re-register a job that failed, revive a ghost under its own job id, or give up on it.
 
 Shared by the ghost and failed sweeps, so both apply one retry cap: `attempt` counts the
 runs of a (target, type) chain, and a chain at `Policy.max_attempt` is never extended.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from san_common.jobs import repository as jobs
 from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
 from san_recovery import repository
 from san_recovery.policy import Policy
@@ -24,17 +25,22 @@ _GIVE_UP_REASONS = {
 async def retry_or_give_up(
     session: AsyncSession, job: JobRow, policy: Policy, *, ghost: str | None = None
 ) -> Outcome:
-    """`job` is FAILED, or — with `ghost`, the reason it is a ghost — still PENDING or
-    PROCESSING and failed here first. Either way it ends FAILED, and is followed by a new
-    job with `attempt + 1` unless the chain is out of attempts or the target makes another
-    attempt pointless. Runs inside the caller's transaction (a savepoint per job)."""
+    """`job` is FAILED: it is followed by a new job with `attempt + 1`. Or — with `ghost`,
+    the reason it is a ghost — it is still PENDING or PROCESSING: the same job (same id)
+    becomes claimable again with `attempt + 1`. Unless the chain is out of attempts or the
+    target makes another attempt pointless: then it ends FAILED. Runs inside the caller's
+    transaction (a savepoint per job)."""
     job_type = job.job_type
     why_not = await _why_not_retry(session, job, policy)
+    if why_not is None and ghost is not None:
+        # A ghost keeps its job id (the one its client polls): the same row becomes
+        # claimable again with `attempt` + 1 and a new message; a try still open (a hung
+        # worker's) ends `lease_lost` and is fenced out.
+        revived = await jobs.make_available(
+            session, job.job_id, from_statuses=(job.status,), new_attempt=True, reason=ghost
+        )
+        return Outcome.REGISTERED if revived else Outcome.SKIPPED  # else: settled meanwhile
     if why_not is None:
-        if ghost is not None and not await repository.fail_job(
-            session, job.job_id, from_status=job.status, message=ghost
-        ):
-            return Outcome.SKIPPED  # settled by its worker meanwhile
         try:
             # Takes the job type's per-user lock (the registry's: one active TIL per user)
             # and refuses while the user has another active job of a per-user type.

@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.errors import MAX_ERROR_MESSAGE
-from san_common.jobs import outbox
+from san_common.jobs import outbox, registry
 from san_common.jobs.types import ACTIVE_STATUSES, JobStatus, JobType
 from san_common.models import AsyncJob, AsyncJobTry
 
@@ -285,11 +285,15 @@ async def make_available(
     *,
     at: datetime | None = None,
     from_statuses: tuple[str, ...] = (JobStatus.FAILED.value,),
+    new_attempt: bool = False,
+    reason: str | None = None,
 ) -> bool:
     """Make a job claimable again under the same job id, with a new outbox message (due at
-    `at`, or now): e.g. an operator's "retry now". Only from `from_statuses`; raises
-    IntegrityError (the partial unique index) if the target has another active job —
-    run it in a savepoint when that can happen."""
+    `at`, or now): an operator's "retry now", or recovery reviving a ghost (`new_attempt`:
+    `attempt` + 1, the retry cap's count; `reason` becomes `last_error`). Only from
+    `from_statuses`; an open try ends `lease_lost` and is fenced out. Raises IntegrityError
+    (the partial unique index) if the target has another active job — run it in a
+    savepoint when that can happen."""
     values: dict[str, object] = {
         "status": _PENDING,
         "worker_id": None,
@@ -299,6 +303,11 @@ async def make_available(
         "updated_at": _NOW,
         "next_attempt_at": at,
     }
+    if new_attempt:
+        values["attempt"] = AsyncJob.attempt + 1
+    if reason is not None:
+        values["last_error"] = reason[:MAX_ERROR_MESSAGE]
+        values["error_summary"] = "restarted: its worker was lost or its message never arrived"
     job = await session.scalar(
         update(AsyncJob)
         .where(AsyncJob.job_id == job_id, AsyncJob.status.in_(from_statuses))
@@ -309,6 +318,9 @@ async def make_available(
     if job is None:
         return False
     await _finish_open_tries(session, job_id, TryOutcome.LEASE_LOST, "made available again")
+    spec = registry.find(job.job_type)
+    if spec is not None and spec.mirror is not None:
+        await spec.mirror.set(session, job.target_id, _PENDING)
     await outbox.add_job_message(session, job, available_at=at)
     return True
 
