@@ -196,6 +196,22 @@ async def held_by(
     )
 
 
+async def run_sql(url: str, script: str) -> Any:
+    """Run a script (several statements, e.g. a test-only trigger) on its own connection;
+    the value of its first column, for a single query."""
+    import asyncpg
+
+    from san_common.db.engine import plain_url
+
+    connection = await asyncpg.connect(plain_url(url))
+    try:
+        if script.lstrip().upper().startswith("SELECT"):
+            return await connection.fetchval(script)
+        return await connection.execute(script)
+    finally:
+        await connection.close()
+
+
 # -- logs ------------------------------------------------------------------------------------
 
 

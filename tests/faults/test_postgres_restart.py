@@ -11,11 +11,9 @@ import asyncio
 import time
 from pathlib import Path
 
-import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.db.engine import plain_url
 from san_common.jobs.types import JobType
 from tests.faults.harness import (
     FaultStack,
@@ -24,13 +22,14 @@ from tests.faults.harness import (
     jobs_for_targets,
     log_problems,
     record,
+    run_sql,
     seed,
     statuses,
 )
 from tests.faults.postgres import DedicatedPostgres
 from tests.waiting import eventually
 
-pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
+pytestmark = [pytest.mark.e2e, pytest.mark.rabbit, pytest.mark.timeout(240)]
 
 SCRAPS = 50  # × (CARD_ANALYSIS, SCRAP_REFINE) = 100 jobs
 JOBS = 2 * SCRAPS
@@ -65,11 +64,7 @@ async def test_postgres_fast_restart_and_killed_connections_lose_no_job(
     tmp_path: Path,
 ) -> None:
     stack, db = own_stack, own_db
-    admin = await asyncpg.connect(plain_url(own_db_url))
-    try:
-        await admin.execute(KILL_IN_STORE)
-    finally:
-        await admin.close()
+    await run_sql(own_db_url, KILL_IN_STORE)
     stack.start("relay")
     worker = stack.start("ai-worker", WORKER_PREFETCH=str(JOBS), WORKER_LEASE_SECONDS="20")
     stack.ai.close_gate()
@@ -94,18 +89,14 @@ async def test_postgres_fast_restart_and_killed_connections_lose_no_job(
 
     await eventually(
         all_settled,
-        within=120,
+        within=150,
         what="every job settled after the restart",
         interval=0.5,
         context=lambda: stack.logs(tail=2000),
     )
     healed = time.monotonic() - started_at
     assert await statuses(db, seeded.job_ids) == {"COMPLETED": JOBS}
-    admin = await asyncpg.connect(plain_url(own_db_url))
-    try:
-        killed = await admin.fetchval("SELECT last_value FROM faults_killed_stores")
-    finally:
-        await admin.close()
+    killed = await run_sql(own_db_url, "SELECT last_value FROM faults_killed_stores")
     assert killed >= KILLED_STORES, "the connection kills in store never happened"
     cards = await cards_per_scrap(db, seeded.scrap_ids)
     assert sorted(cards.values()) == [1] * SCRAPS, cards

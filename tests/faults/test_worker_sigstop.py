@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.jobs.types import JobType
@@ -24,21 +25,38 @@ from tests.faults.harness import (
     pause,
     record,
     resume,
+    run_sql,
     seed,
     statuses,
+    try_rows,
 )
 from tests.waiting import eventually
 
-pytestmark = [pytest.mark.e2e, pytest.mark.rabbit]
+pytestmark = [pytest.mark.e2e, pytest.mark.rabbit, pytest.mark.timeout(240)]
 
 JOBS = 6
-LEASE = 8.0
+LEASE = 10.0
+
+# Counts every INSERT a store makes into knowledge_cards, committed or rolled back: a
+# sequence is not transactional, so a late store that is rolled back still counts. This is
+# how the test sees the paused worker's write reach the database.
+COUNT_CARD_STORES = """
+CREATE SEQUENCE faults_card_stores;
+CREATE FUNCTION faults_count_card_store() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM nextval('faults_card_stores');
+    RETURN NEW;
+END $$;
+CREATE TRIGGER faults_count_card_store BEFORE INSERT ON knowledge_cards
+    FOR EACH ROW EXECUTE FUNCTION faults_count_card_store();
+"""
 
 
 async def test_a_paused_workers_jobs_are_taken_over_and_its_late_results_rejected(
     stack: FaultStack, db: async_sessionmaker[AsyncSession], tmp_path: Path
 ) -> None:
     worker_env = {"WORKER_PREFETCH": "20", "WORKER_LEASE_SECONDS": str(LEASE)}
+    await run_sql(stack.db_url, COUNT_CARD_STORES)
     stack.start("relay")
     paused = stack.start("ai-worker", **worker_env)
     stack.ai.close_gate()
@@ -80,6 +98,7 @@ async def test_a_paused_workers_jobs_are_taken_over_and_its_late_results_rejecte
     before_jobs = await job_rows(db, seeded.job_ids)
     before_cards = await card_ids(db, seeded.scrap_ids)
     assert all(len(ids) == 1 for ids in before_cards.values()) and len(before_cards) == JOBS
+    stores_before = await _card_stores(db)
 
     resume(paused)
     late = {str(j) for j in seeded.job_ids}
@@ -88,7 +107,7 @@ async def test_a_paused_workers_jobs_are_taken_over_and_its_late_results_rejecte
         rejected = {
             line.get("job_id")
             for line in json_lines(paused.log())
-            if "late result rejected" in str(line.get("msg", ""))
+            if "lease lost" in str(line.get("msg", ""))
         }
         return late <= rejected
 
@@ -99,10 +118,18 @@ async def test_a_paused_workers_jobs_are_taken_over_and_its_late_results_rejecte
         context=lambda: paused.log()[-3000:],
     )
     assert paused.popen.poll() is None, "the paused worker died instead of going on"
+    # Its late stores reached the database (one INSERT per job)…
+    assert await _card_stores(db) - stores_before == JOBS
+    # … and changed nothing: same job rows (status, try, worker, times), same cards.
     assert await job_rows(db, seeded.job_ids) == before_jobs
     assert await card_ids(db, seeded.scrap_ids) == before_cards
     assert await statuses(db, seeded.job_ids) == {"COMPLETED": JOBS}
     assert await jobs_for_targets(db, seeded.scrap_ids) == JOBS
+    tries = await try_rows(db, seeded.job_ids)
+    lost = [t for t in tries if f":{paused.popen.pid}:" in (t["worker_id"] or "")]
+    won = [t for t in tries if f":{other.popen.pid}:" in (t["worker_id"] or "")]
+    assert sorted(t["outcome"] for t in lost) == ["lease_lost"] * JOBS, tries
+    assert sorted(t["outcome"] for t in won) == ["completed"] * JOBS, tries
     record(
         Figures(
             test="worker SIGSTOP beyond its lease, SIGCONT after takeover",
@@ -115,6 +142,14 @@ async def test_a_paused_workers_jobs_are_taken_over_and_its_late_results_rejecte
         ),
         tmp_path,
     )
+
+
+async def _card_stores(db: async_sessionmaker[AsyncSession]) -> int:
+    async with db() as session:
+        value = await session.scalar(
+            text("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM faults_card_stores")
+        )
+    return int(value or 0)
 
 
 async def _logged(log: str, message: str) -> bool:
