@@ -96,8 +96,9 @@ class Consumer:
         prefetch: int,
         drain_seconds: float,
         handle: Handle,
+        heartbeat_seconds: int | None = None,
     ) -> None:
-        self._amqp_url = amqp_url
+        self._amqp_url = _with_heartbeat(amqp_url, heartbeat_seconds)
         self._topology = topology
         self._job_types = list(job_types)
         self._prefetch = prefetch
@@ -202,3 +203,13 @@ class Consumer:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _with_heartbeat(amqp_url: str, seconds: int | None) -> str:
+    """`amqp_url` asking for a `seconds` heartbeat, unless the URL names one itself."""
+    from yarl import URL
+
+    url = URL(amqp_url)
+    if seconds is None or "heartbeat" in url.query:
+        return amqp_url
+    return str(url.update_query(heartbeat=seconds))

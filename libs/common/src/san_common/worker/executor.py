@@ -36,6 +36,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 from pydantic import ValidationError
 
 from san_common.errors import (
@@ -112,6 +113,14 @@ class RuntimeConfig:
     def heartbeat_seconds(self) -> float:
         return self.lease_seconds / 3
 
+    @property
+    def amqp_heartbeat_seconds(self) -> int:
+        """The AMQP heartbeat the worker asks for. A paused or cut-off worker keeps its TCP
+        connection, and the broker goes on handing it messages (the rescued jobs' new ones
+        among them) until heartbeats stop arriving: so that must be noticed well within a
+        lease, not after RabbitMQ's default 60 s."""
+        return max(2, min(10, round(self.lease_seconds / 4)))
+
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
             max_tries=self.max_tries,
@@ -162,7 +171,8 @@ class Executor:
         self._lease = timedelta(seconds=config.lease_seconds)
         self._middleware = tuple(middleware)
         self.worker_id = worker_id
-        self._active: set[uuid.UUID] = set()  # jobs this process is running now
+        # Jobs this process is running now, each with the event set when its delivery ends.
+        self._active: dict[uuid.UUID, asyncio.Event] = {}
 
     @property
     def job_types(self) -> list[str]:
@@ -198,15 +208,19 @@ class Executor:
 
     async def _execute(self, context: JobContext, handler: JobHandler[Any, Any]) -> Outcome:
         job_id = context.envelope.job_id
-        if job_id in self._active:
-            # Two deliveries of one job in this process at once: the first one runs it.
-            await self._ack(context.delivery)
-            return Outcome.SKIPPED
-        self._active.add(job_id)
+        while (running := self._active.get(job_id)) is not None:
+            # Another delivery of this job runs in this process: wait until it ends, then
+            # claim like any delivery (done → skipped; rescued meanwhile → a new try; held
+            # elsewhere → deferred). Acking it now could drop the only message of a job
+            # whose running try has just been taken over (a paused worker, resumed).
+            await running.wait()
+        done = asyncio.Event()
+        self._active[job_id] = done
         try:
             return await self._attempt(context, handler)
         finally:
-            self._active.discard(job_id)
+            del self._active[job_id]
+            done.set()
 
     async def _attempt(self, context: JobContext, handler: JobHandler[Any, Any]) -> Outcome:
         delivery = context.delivery
@@ -348,8 +362,8 @@ class Executor:
                 if not await self._store.extend(claim, self._lease):
                     log.warning("heartbeat found the job taken over; its result will not count")
                     return
-            except Exception:  # a missed beat is survivable; the next one may get through
-                log.warning("heartbeat failed", exc_info=True)
+            except Exception as exc:  # a missed beat is survivable; the next one may get through
+                _log_failure(log.warning, "heartbeat failed", exc)
 
     # -- giving back --------------------------------------------------------------------------
 
@@ -372,20 +386,20 @@ class Executor:
         if context.claim is not None:
             try:
                 await self._store.release(context.claim, reason)
-            except Exception:
-                log.info("could not release the job; its lease will expire", exc_info=True)
+            except Exception as exc:
+                _log_failure(log.info, "could not release the job; its lease will expire", exc)
         try:
             await context.delivery.requeue()
-        except Exception:  # the channel is gone: the broker redelivers unacked messages
-            log.info("could not requeue the message; the broker redelivers it", exc_info=True)
+        except Exception as exc:  # the channel is gone: the broker redelivers unacked messages
+            _log_failure(log.info, "could not requeue the message; the broker redelivers it", exc)
 
     async def _ack(self, delivery: Delivery) -> None:
         try:
             await delivery.ack()
-        except Exception:
+        except Exception as exc:
             # The channel closed under us (a broker reconnect): the broker redelivers the
             # message, and the claim makes the redelivery harmless.
-            log.info("ack failed; the broker will redeliver the message", exc_info=True)
+            _log_failure(log.info, "ack failed; the broker will redeliver the message", exc)
 
     async def _dead_letter(self, delivery: Delivery, kind: str, reason: str) -> Outcome:
         from san_common import metrics
@@ -407,6 +421,20 @@ class Executor:
     def _timeout(self, job_type: str) -> float:
         spec = registry.find(job_type)
         return spec.timeout_seconds if spec is not None else 600.0
+
+
+def _log_failure(emit: Callable[..., None], message: str, exc: BaseException) -> None:
+    """An expected failure (the database or the broker connection gone) is one line with
+    its cause chain; anything else keeps its traceback."""
+    if is_connection_loss(exc) or _is_amqp_loss(exc):
+        emit(message, extra={"fields": {"error": cause_chain(exc)[:500]}})
+    else:
+        emit(message, exc_info=exc)
+
+
+def _is_amqp_loss(exc: BaseException) -> bool:
+    """The broker connection or channel went away under an ack / requeue."""
+    return isinstance(exc, AMQPError | ChannelInvalidStateError | ConnectionError)
 
 
 def _bind(middleware: Middleware, context: JobContext, call: Next) -> Next:

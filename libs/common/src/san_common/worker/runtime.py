@@ -55,6 +55,7 @@ class WorkerRuntime:
             prefetch=config.prefetch,
             drain_seconds=config.drain_seconds,
             handle=self.executor.handle,
+            heartbeat_seconds=config.amqp_heartbeat_seconds,
         )
         self.connected = self.consumer.connected
         # Readiness hook (deploy's probes): the consumer is open and consuming.
