@@ -176,7 +176,10 @@ MUTATIONS = (
                 "        if False:\n",
             ),
         ),
-        (f"{LEASES}::test_an_envelope_of_an_unknown_version_is_dead_lettered_and_not_run",),
+        (
+            f"{LEASES}::test_an_envelope_of_an_unknown_version_is_dead_lettered_and_not_run",
+            "tests/unit/test_executor.py::test_messages_it_cannot_run_are_dead_lettered_with_their_reason",
+        ),
     ),
     Mutation(
         "no-delivery-limit",
