@@ -131,7 +131,6 @@ def api_settings(db_url: str, amqp_url: str, **overrides: object) -> ApiSettings
         database_url=db_url,
         amqp_url=amqp_url,
         auth_jwt_secret=JWT_SECRET,
-        san_env="test",
         # the limits have tests of their own (tests/api/test_limits.py); elsewhere they would
         # only make bursts of test requests fail
         **{  # type: ignore[arg-type]

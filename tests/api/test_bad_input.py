@@ -26,6 +26,20 @@ BAD_SCRAP_BODIES: list[tuple[str, dict[str, Any], str, str]] = [
     ("empty-content", {"json": {"content": ""}}, "VALIDATION_ERROR", "empty"),
     ("whitespace-only", {"json": {"content": "  \r\n\t "}}, "VALIDATION_ERROR", "empty"),
     ("only-newlines", {"json": {"content": "\r\n\r\n\n\r"}}, "VALIDATION_ERROR", "empty"),
+    # zero-width space, joiner, non-joiner, BOM, word joiner, soft hyphen, bidi marks
+    (
+        "only-zero-width",
+        {"json": {"content": "\u200b\u200d \u200c\ufeff\u2060\u00ad\u200e\u202e"}},
+        "VALIDATION_ERROR",
+        "visible text",
+    ),
+    (
+        "zero-width-and-spaces",
+        {"json": {"content": " \u200b\n\u200b "}},
+        "VALIDATION_ERROR",
+        "visible",
+    ),
+    ("hangul-fillers", {"json": {"content": "\u3164\u115f\u2800"}}, "VALIDATION_ERROR", "visible"),
     (
         "malformed-json",
         {"content": b'{"content": "abc"', "headers": JSON},
@@ -301,3 +315,13 @@ async def test_a_body_with_thousands_of_invalid_fields_gets_a_bounded_answer(
     problem = response.json()
     assert problem["code"] == "VALIDATION_ERROR"
     assert 0 < len(problem["errors"]) <= 20
+
+
+@pytest.mark.parametrize(
+    "content", ["a\u200bb", "\u200b한\u200b", "emoji 👩\u200d💻", "\u05d0\u200f", "x"]
+)
+async def test_text_with_visible_characters_and_zero_width_ones_is_saved_as_sent(
+    api: httpx.AsyncClient, new_user: Callable[[], dict[str, str]], content: str
+) -> None:
+    saved = await save_scrap(api, new_user(), content)
+    assert saved["analysisJobId"] is not None

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from san_api import health
+from san_api import docs, health, openapi
 from san_api.admin import console
 from san_api.admin.broker import BrokerAdmin
 from san_api.admin.endpoints import router as admin_router
@@ -75,6 +75,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
         version="0.1.0",
         description="Scraps, knowledge cards, TILs and their asynchronous jobs.",
         lifespan=lifespan,
+        # FastAPI's own pages load Swagger UI from a CDN; san_api.docs serves its own copy
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.docs_enabled else None,
     )
     app.state.settings = settings
     install_error_handlers(app)
@@ -98,4 +102,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     ):
         app.include_router(router)
     console.install(app)
+    openapi.install(app)  # last: it describes every route above
+    if settings.docs_enabled:
+        docs.install(app)
     return app

@@ -24,7 +24,12 @@ async def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    responses={503: {"description": "PostgreSQL is unreachable: the API cannot accept work"}},
+    responses={
+        503: {
+            "description": "PostgreSQL is unreachable: the API cannot accept work",
+            "content": {"application/json": {}},
+        }
+    },
 )
 async def readyz(request: Request) -> Response:
     """Ready: PostgreSQL answers. `checks.broker` shows RabbitMQ's state but never fails

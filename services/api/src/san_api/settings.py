@@ -28,6 +28,10 @@ class ApiSettings(GithubAccessSettings):
     )
     scrap_max_bytes: int = Field(default=100_000, ge=1, description="Normalized scrap size limit")
     request_max_bytes: int = Field(default=1_000_000, ge=1024, description="Any request body")
+    api_docs_enabled: bool | None = Field(
+        default=None,
+        description="/docs, /redoc, /openapi.json; unset: on, except under SAN_ENV=production",
+    )
     # The HTTP edge (san_api.edge, docs/security.md)
     http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576)
     http_header_timeout_seconds: float = Field(default=10, gt=0)
@@ -72,6 +76,12 @@ class ApiSettings(GithubAccessSettings):
     )
     sse_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
     admin_bulk_limit: int = Field(default=10_000, ge=1, le=1_000_000)
+
+    @property
+    def docs_enabled(self) -> bool:
+        if self.api_docs_enabled is None:
+            return self.san_env != "production"
+        return self.api_docs_enabled
 
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:

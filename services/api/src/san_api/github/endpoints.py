@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
+from san_api import errors
 from san_api.deps import CurrentUser, SessionDep, SettingsDep
 from san_api.github import commits, oauth, service, stars
 from san_api.github.clients import GithubDep
@@ -25,12 +26,17 @@ from san_api.github.schemas import (
     StarRecommendationView,
 )
 from san_api.limits.dependencies import job_limits
+from san_api.openapi import problems
 from san_common.models import GithubAccount, GithubRepository, TilGithubCommit
 
 router = APIRouter(tags=["github"])
 
 
-@router.put("/me/github", response_model=GithubAccountView)
+@router.put(
+    "/me/github",
+    response_model=GithubAccountView,
+    responses=problems(errors.GithubTokenRejected, errors.GithubUnavailable, errors.GithubFailed),
+)
 async def link_github(
     body: LinkToken, user: CurrentUser, session: SessionDep, github: GithubDep
 ) -> GithubAccountView:
@@ -38,19 +44,25 @@ async def link_github(
     return _account_view(await service.link(session, github, user.user_id, body.accessToken))
 
 
-@router.get("/me/github", response_model=GithubAccountView)
+@router.get("/me/github", response_model=GithubAccountView, responses=problems(errors.NotFound))
 async def get_github(user: CurrentUser, session: SessionDep) -> GithubAccountView:
     """The linked account (never the token)."""
     return _account_view(await service.get_account(session, user.user_id))
 
 
-@router.delete("/me/github", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete(
+    "/me/github", status_code=status.HTTP_204_NO_CONTENT, responses=problems(errors.NotFound)
+)
 async def unlink_github(user: CurrentUser, session: SessionDep) -> Response:
     await service.unlink(session, user.user_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-@router.get("/me/github/oauth/authorize", response_model=OAuthStart)
+@router.get(
+    "/me/github/oauth/authorize",
+    response_model=OAuthStart,
+    responses=problems(errors.OAuthNotConfigured),
+)
 async def start_oauth(
     user: CurrentUser, session: SessionDep, github: GithubDep, settings: SettingsDep
 ) -> OAuthStart:
@@ -59,7 +71,11 @@ async def start_oauth(
     return OAuthStart(authorizeUrl=url, expiresAt=expires_at)
 
 
-@router.get("/github/oauth/callback", response_model=OAuthCallback)
+@router.get(
+    "/github/oauth/callback",
+    response_model=OAuthCallback,
+    responses=problems(errors.OAuthStateInvalid, errors.OAuthCodeRejected),
+)
 async def oauth_callback(
     code: Annotated[str | None, Query(max_length=512)] = None,
     state: Annotated[str | None, Query(max_length=512)] = None,
@@ -71,7 +87,18 @@ async def oauth_callback(
     return OAuthCallback.model_validate(oauth.callback(code=code, state=state, error=error))
 
 
-@router.post("/me/github/oauth/complete", response_model=GithubAccountView)
+@router.post(
+    "/me/github/oauth/complete",
+    response_model=GithubAccountView,
+    responses=problems(
+        errors.OAuthStateInvalid,
+        errors.OAuthStateNotYours,
+        errors.OAuthCodeRejected,
+        errors.GithubTokenRejected,
+        errors.GithubUnavailable,
+        errors.GithubFailed,
+    ),
+)
 async def complete_oauth(
     body: OAuthComplete,
     user: CurrentUser,
@@ -87,7 +114,18 @@ async def complete_oauth(
 
 
 @router.post(
-    "/me/github/repositories", status_code=status.HTTP_201_CREATED, response_model=RepositoryView
+    "/me/github/repositories",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RepositoryView,
+    responses=problems(
+        errors.GithubNotLinked,
+        errors.GithubRepositoryNotFound,
+        errors.RepositoryNotWritable,
+        errors.DuplicateResource,
+        errors.GithubTokenRejected,
+        errors.GithubUnavailable,
+        errors.GithubFailed,
+    ),
 )
 async def connect_repository(
     body: RepositoryCreate, user: CurrentUser, session: SessionDep, github: GithubDep
@@ -115,6 +153,17 @@ async def disconnect_repository(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=CommitAccepted,
     dependencies=job_limits("github-commits"),
+    responses=problems(
+        errors.TilNotCompleted,
+        errors.GithubNotLinked,
+        errors.RepositoryNotConnected,
+        errors.MultipleRepositories,
+        errors.DuplicateResource,
+        errors.FilePathUnavailable,
+        errors.GithubTokenRejected,
+        errors.GithubUnavailable,
+        errors.GithubFailed,
+    ),
 )
 async def commit_til(
     summaryId: uuid.UUID,
@@ -148,6 +197,7 @@ async def list_til_commits(
     status_code=status.HTTP_202_ACCEPTED,
     response_model=StarJobAccepted,
     dependencies=job_limits("github-star-recommendations"),
+    responses=problems(errors.GithubNotLinked, errors.DuplicateResource),
 )
 async def request_star_recommendations(user: CurrentUser, session: SessionDep) -> StarJobAccepted:
     """Recommend repositories from the user's GitHub stars (an async job)."""

@@ -4,8 +4,10 @@ import uuid
 
 from fastapi import APIRouter, status
 
+from san_api import errors
 from san_api.deps import CurrentUser, SessionDep
 from san_api.limits.dependencies import job_limits
+from san_api.openapi import problems
 from san_api.recall_quizzes import service
 from san_api.recall_quizzes.schemas import (
     RecallQuizAccepted,
@@ -21,6 +23,7 @@ router = APIRouter(tags=["recall quizzes"])
     status_code=status.HTTP_202_ACCEPTED,
     response_model=RecallQuizAccepted,
     dependencies=job_limits("recall-quizzes"),
+    responses=problems(errors.DateInFuture, errors.NoCardsForDate),
 )
 async def create_recall_quizzes(
     body: RecallQuizCreate, user: CurrentUser, session: SessionDep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 import uuid
 from dataclasses import dataclass
 
@@ -26,6 +27,20 @@ def normalize(content: str) -> str:
     return content.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
+# Letters that render as nothing although Unicode does not class them as space or format:
+# the Hangul fillers, the halfwidth Hangul filler and the blank Braille pattern.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def has_visible_text(content: str) -> bool:
+    """Anything left once whitespace, controls and zero-width/format characters (ZWSP,
+    ZWJ, BOM, bidi marks, soft hyphen, …: category Cf) are removed."""
+    return any(
+        not (c.isspace() or unicodedata.category(c) in ("Cf", "Cc") or c in _BLANK_LETTERS)
+        for c in content
+    )
+
+
 def content_hash(normalized: str) -> str:
     return hashlib.sha256(normalized.encode("utf-8")).hexdigest()
 
@@ -36,6 +51,11 @@ async def save_scrap(
     content = normalize(raw_content)
     if not content:
         raise ValidationFailed("content must not be empty or only whitespace")
+    if not has_visible_text(content):
+        raise ValidationFailed(
+            "content must contain visible text, not only whitespace and zero-width or"
+            " format characters"
+        )
     try:
         size = len(content.encode("utf-8"))
     except UnicodeEncodeError:  # a lone surrogate, e.g. from a JSON "\\ud800" escape

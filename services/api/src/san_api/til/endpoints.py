@@ -5,9 +5,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
+from san_api import errors
 from san_api.cards.service import NeighbourRule
 from san_api.deps import CurrentUser, SessionDep, SettingsDep
 from san_api.limits.dependencies import job_limits
+from san_api.openapi import problems
 from san_api.til import service
 from san_api.til.schemas import IsoDate, RecallCards, Til, TilAccepted, TilCreate, TilPage
 
@@ -19,6 +21,7 @@ router = APIRouter(tags=["til"])
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TilAccepted,
     dependencies=job_limits("til"),
+    responses=problems(errors.DateInFuture, errors.NoCardsForDate, errors.DuplicateResource),
 )
 async def create_til(body: TilCreate, user: CurrentUser, session: SessionDep) -> TilAccepted:
     """Generate (or regenerate) the TIL of a day that has cards; 409 while any TIL of the
@@ -46,7 +49,11 @@ async def get_til(summaryId: uuid.UUID, user: CurrentUser, session: SessionDep) 
     return await service.get_til(session, user.user_id, summaryId)
 
 
-@router.get("/til/{summaryId}/recall-cards", response_model=RecallCards)
+@router.get(
+    "/til/{summaryId}/recall-cards",
+    response_model=RecallCards,
+    responses=problems(errors.TilNotCompleted),
+)
 async def get_recall_cards(
     summaryId: uuid.UUID,
     user: CurrentUser,
