@@ -21,8 +21,9 @@ STATIC = "/docs/static"
 # Swagger UI's start-up, as a file of ours rather than an inline script, so the page's CSP
 # can be `script-src 'self'`.
 _SWAGGER_INIT = """window.addEventListener("load", function () {
+  var root = document.getElementById("swagger-ui");
   window.ui = SwaggerUIBundle({
-    url: "/openapi.json",
+    url: root.dataset.specUrl,
     dom_id: "#swagger-ui",
     deepLinking: true,
     persistAuthorization: false,
@@ -51,7 +52,8 @@ def install(app: FastAPI) -> None:
     swagger = _page(
         f"{app.title} — Swagger UI",
         f'<link rel="stylesheet" href="{STATIC}/swagger-ui.css">',
-        f'<div id="swagger-ui"></div><script src="{STATIC}/swagger-ui-bundle.js"></script>'
+        f'<div id="swagger-ui" data-spec-url="{app.openapi_url}"></div>'
+        f'<script src="{STATIC}/swagger-ui-bundle.js"></script>'
         '<script src="/docs/swagger-init.js"></script>',
     )
 
