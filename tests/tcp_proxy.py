@@ -44,12 +44,9 @@ class TcpProxy:
 
     def __exit__(self, *_: object) -> None:
         self.cut()
+        self._call(self._finish_pipes())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        for task in asyncio.all_tasks(self._loop):  # pipes of connections already aborted
-            task.cancel()
-        self._loop.run_until_complete(asyncio.sleep(0))
         self._loop.close()
 
     def cut(self) -> None:
@@ -74,6 +71,13 @@ class TcpProxy:
         for writer in list(self._open):
             writer.transport.abort()
         self._open.clear()
+
+    async def _finish_pipes(self) -> None:
+        """Cancel what is left of aborted connections, in the proxy's own loop."""
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1

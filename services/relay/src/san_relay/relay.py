@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from san_common import metrics, tracing
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
+from san_common.cli import describe
 from san_common.db.engine import plain_url
 from san_common.models import OutboxMessage
 from san_common.retry import ROUND_BACKOFF, Retry
@@ -47,6 +48,10 @@ from san_relay.settings import RelaySettings
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "san_outbox"
+
+
+class RoundFailed(Exception):
+    """A round whose batch the broker confirmed none of: retried with backoff."""
 
 
 class Relay:
@@ -100,7 +105,19 @@ class Relay:
                     failures += 1
                     decision = ROUND_BACKOFF.decide(exc, failures)
                     delay = decision.after if isinstance(decision, Retry) else 0.5
-                    log.exception("relay round failed", extra={"fields": {"retry_in_s": delay}})
+                    # One line per failed round, however big the batch (the traceback at
+                    # DEBUG): a broker outage is a handful of lines, not one per message.
+                    log.warning(
+                        "relay round failed; retrying",
+                        extra={
+                            "fields": {
+                                "retry_in_s": round(delay, 2),
+                                "failed_rounds": failures,
+                                "error": describe(exc),
+                            }
+                        },
+                    )
+                    log.debug("relay round failure", exc_info=True)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), delay)
                     continue
@@ -130,7 +147,10 @@ class Relay:
             rows = await repository.claim_unpublished(session, self._settings.relay_batch_size)
             if not rows:
                 return 0
-            confirmed = await self._publish(channel, rows)
+            confirmed, first_error = await self._publish(channel, rows)
+            if not confirmed:  # nothing got through: a failed round, so the loop backs off
+                metrics.OUTBOX_PUBLISH_FAILURES.inc(len(rows))
+                raise RoundFailed(f"broker confirmed none of {len(rows)} messages: {first_error}")
             await repository.mark_published(session, confirmed)
         metrics.OUTBOX_PUBLISHED.inc(len(confirmed))
         confirmed_at, confirmed_ids = datetime.now(UTC), set(confirmed)
@@ -142,11 +162,22 @@ class Relay:
             metrics.OUTBOX_PUBLISH_FAILURES.inc(len(rows) - len(confirmed))
             log.warning(
                 "broker did not confirm every message; they stay in the outbox",
-                extra={"fields": {"confirmed": len(confirmed), "batch": len(rows)}},
+                extra={
+                    "fields": {
+                        "confirmed": len(confirmed),
+                        "batch": len(rows),
+                        "error": first_error,
+                    }
+                },
             )
         return len(confirmed)
 
-    async def _publish(self, channel: AbstractChannel, rows: Sequence[OutboxMessage]) -> list[int]:
+    async def _publish(
+        self, channel: AbstractChannel, rows: Sequence[OutboxMessage]
+    ) -> tuple[list[int], str | None]:
+        """The ids the broker confirmed, and the first failure's description (the round's
+        one warning names it; a line per message would flood the log in an outage)."""
+
         async def publish(row: OutboxMessage) -> int:
             exchange = await self._exchange(channel, row.exchange)
             # The publish span continues the registering request's trace (the envelope's
@@ -182,9 +213,8 @@ class Relay:
         # ~450 msg/s on this broker, pipelining at ~2,500 (shared/MEASURED.md).
         results = await asyncio.gather(*(publish(r) for r in rows), return_exceptions=True)
         confirmed = [r for r in results if isinstance(r, int)]
-        for failure in (r for r in results if isinstance(r, BaseException)):
-            log.warning("publish not confirmed", extra={"fields": {"error": repr(failure)}})
-        return confirmed
+        failures = [r for r in results if isinstance(r, BaseException)]
+        return confirmed, describe(failures[0]) if failures else None
 
     async def _exchange(self, channel: AbstractChannel, logical_name: str) -> AbstractExchange:
         name = self._topology.exchange_for(logical_name)
