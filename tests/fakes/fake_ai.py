@@ -45,6 +45,7 @@ class FakeAiServer(LoopbackServer):
     def __init__(self) -> None:
         self.delay_seconds = 5.0  # how long the "timeout" fault keeps a request waiting
         self.retry_after = "7"  # `Retry-After` header of the "http_429" fault
+        self.error_detail = ""  # appended to the error bodies of "http_500" and "http_400"
         self.embedding_dimensions = 1536  # the model's native size: at most this many are sent
         self.chat_override: ChatOverride | None = None
         self._lock = threading.Lock()
@@ -150,14 +151,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return  # no answer at all
         if fault == "http_500":
-            self._send_json(500, _error("the server had an error"))
+            self._send_json(500, _error("the server had an error" + fake.error_detail))
         elif fault == "http_429":
             headers = {"retry-after": fake.retry_after}
             self._send_json(429, _error("rate limit reached"), headers)
         elif fault == "http_400":
             # Like some real servers, echo the credentials seen, so tests prove they get redacted.
             seen = self.headers.get("authorization", "")
-            self._send_json(400, _error(f"invalid request (authorization: {seen})"))
+            detail = f"invalid request (authorization: {seen}){fake.error_detail}"
+            self._send_json(400, _error(detail))
         elif path == "/v1/chat/completions":
             self._chat(body, fault)
         else:
