@@ -80,7 +80,7 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def wait_healthy(base_url: str, process: ServiceProcess, timeout: float = 30) -> None:
+def wait_healthy(base_url: str, process: ServiceProcess, timeout: float = 90) -> None:
     def healthy() -> bool:
         if process.popen.poll() is not None:
             raise AssertionError(f"{process.name} exited early:\n{process.log()[-3000:]}")

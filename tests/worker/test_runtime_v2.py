@@ -68,7 +68,7 @@ async def test_a_job_waiting_for_its_retry_holds_no_slot_and_completes_under_its
             view = (await api.get(f"/async-jobs/{waiting_id}", headers=headers)).json()
             return view["nextAttemptAt"] is not None
 
-        await eventually(waiting_for_retry, within=30, what="the first try to fail")
+        await eventually(waiting_for_retry, within=60, what="the first try to fail")
         assert (view["status"], view["tries"], view["errorMessage"]) == ("PENDING", 1, None)
         assert view["lastError"] and "upstream status 500" in view["lastError"]
         next_attempt = datetime.fromisoformat(view["nextAttemptAt"])
