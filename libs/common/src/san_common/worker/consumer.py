@@ -27,6 +27,7 @@ from aio_pika.abc import (
 
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
+from san_common.worker.pauses import PausedTypes
 
 log = logging.getLogger("san_common.worker")
 
@@ -97,7 +98,11 @@ class Consumer:
         drain_seconds: float,
         handle: Handle,
         heartbeat_seconds: int | None = None,
+        paused: PausedTypes | None = None,
+        pause_poll_seconds: float = 1.0,
     ) -> None:
+        self._paused = paused
+        self._pause_poll_seconds = pause_poll_seconds
         self._amqp_url = _with_heartbeat(amqp_url, heartbeat_seconds)
         self._topology = topology
         self._job_types = list(job_types)
@@ -145,11 +150,12 @@ class Consumer:
             )
             self._connection, self._channel, self._consuming = connection, channel, True
             self.connected.set()
-            await stop.wait()
+            await self._follow_pauses(stop, consumers)
             self._consuming = False
             log.info("worker draining", extra={"fields": {"in_flight": len(self._inflight)}})
             for queue, tag in consumers:
-                await queue.cancel(tag)
+                if tag:
+                    await queue.cancel(tag)
             await self._drain()
         finally:
             await connection.close()
@@ -159,6 +165,7 @@ class Consumer:
         queues = await declare_topology(channel, self._topology)
         dead_letters = await channel.get_exchange(self._topology.dead_letter_exchange)
         consumers: list[tuple[AbstractQueue, str]] = []
+        self._callbacks: list[Callable[[AbstractIncomingMessage], Awaitable[None]]] = []
         for job_type in self._job_types:
             queue = queues[job_type]
 
@@ -167,8 +174,41 @@ class Consumer:
             ) -> None:
                 self._start(AmqpDelivery(message, dead_letters, job_type))
 
+            self._callbacks.append(on_message)
             consumers.append((queue, await queue.consume(on_message)))
         return consumers
+
+    async def _follow_pauses(
+        self, stop: asyncio.Event, consumers: list[tuple[AbstractQueue, str]]
+    ) -> None:
+        """Until `stop`: every `pause_poll_seconds`, cancel the consumer of each job type an
+        operator paused and consume again once resumed. A paused queue keeps its messages;
+        deliveries already received are still run (and acked) as usual."""
+        if self._paused is None:
+            await stop.wait()
+            return
+        callbacks = {queue.name: self._callbacks[i] for i, (queue, _) in enumerate(consumers)}
+        while True:
+            try:
+                paused = await self._paused()
+            except Exception:  # the database is down: keep consuming as we were
+                log.warning("could not read paused job types", exc_info=True)
+                paused = None
+            if paused is not None:
+                for i, (queue, tag) in enumerate(consumers):
+                    job_type = self._job_types[i]
+                    if job_type in paused and tag:
+                        await queue.cancel(tag)
+                        consumers[i] = (queue, "")
+                        log.info("job type paused", extra={"fields": {"job_type": job_type}})
+                    elif job_type not in paused and not tag:
+                        consumers[i] = (queue, await queue.consume(callbacks[queue.name]))
+                        log.info("job type resumed", extra={"fields": {"job_type": job_type}})
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self._pause_poll_seconds)
+                return
+            except TimeoutError:
+                continue
 
     def _receiver(
         self, dead_letters: AbstractExchange, job_type: str

@@ -107,6 +107,8 @@ class RuntimeConfig:
     max_retry_after_seconds: float = 900.0
     # Grace added to a live lease's expiry before a deferred message comes back.
     defer_grace_seconds: float = 0.5
+    # How often the consumer reads the paused job types (operators' pause/resume).
+    pause_poll_seconds: float = 1.0
     outage_policy: RetryPolicy = ROUND_BACKOFF
 
     @property

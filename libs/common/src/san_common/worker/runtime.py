@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from san_common import metrics
 from san_common.broker.topology import Topology
 from san_common.jobs import registry
+from san_common.worker import pauses
 from san_common.worker.consumer import Consumer
 from san_common.worker.executor import Executor, Middleware, RuntimeConfig
 from san_common.worker.handler import JobHandler
@@ -56,6 +57,8 @@ class WorkerRuntime:
             drain_seconds=config.drain_seconds,
             handle=self.executor.handle,
             heartbeat_seconds=config.amqp_heartbeat_seconds,
+            paused=pauses.reader(session_factory),
+            pause_poll_seconds=config.pause_poll_seconds,
         )
         self.connected = self.consumer.connected
         # Readiness hook (deploy's probes): the consumer is open and consuming.
