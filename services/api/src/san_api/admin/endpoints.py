@@ -43,9 +43,11 @@ from san_api.admin.schemas import (
     SweepRunView,
     SweepsView,
     TargetRow,
+    TryView,
 )
 from san_api.deps import SessionDep, SettingsDep
 from san_api.errors import NotFound, ValidationFailed
+from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.models.operations import SWEEP_NAMES
@@ -105,6 +107,10 @@ def admin_job(job: AsyncJob, user: str | None) -> AdminJob:
         finishedAt=job.finished_at,
         workerId=job.worker_id,
         leaseExpiresAt=job.lease_expires_at,
+        tries=job.tries,
+        nextAttemptAt=job.next_attempt_at,
+        lastError=job.last_error,
+        errorSummary=job.error_summary,
     )
 
 
@@ -171,7 +177,17 @@ async def job_detail(jobId: uuid.UUID, session: SessionDep) -> JobDetail:
     return JobDetail(
         job=admin_job(row.job, row.user_external_id),
         events=[JobEventView(id=e.id, status=e.status, at=e.at) for e in events],
-        tries=[],
+        tries=[
+            TryView(
+                tryNo=t.try_no,
+                workerId=t.worker_id,
+                startedAt=t.started_at,
+                finishedAt=t.finished_at,
+                outcome=t.outcome,
+                error=t.error,
+            )
+            for t in await jobs.tries_of(session, jobId)
+        ],
         target=TargetRow(table=target.table, exists=target.exists, status=target.status),
         related=[admin_job(j, row.user_external_id) for j in related],
     )
@@ -180,8 +196,8 @@ async def job_detail(jobId: uuid.UUID, session: SessionDep) -> JobDetail:
 @router.post("/jobs/{jobId}/retry", response_model=AdminJob, responses=_problems(404, 409))
 async def retry_job(jobId: uuid.UUID, session: SessionDep, operator: CurrentOperator) -> AdminJob:
     """Retry a FAILED job now: same job id, PENDING again, a new message (audited)."""
-    job = await service.retry(session, operator, jobId)
-    row = await repository.get_job(session, job.job_id)
+    await service.retry(session, operator, jobId)
+    row = await repository.get_job(session, jobId)
     assert row is not None
     return admin_job(row.job, row.user_external_id)
 

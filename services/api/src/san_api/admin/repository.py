@@ -25,8 +25,7 @@ from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.envelope import JobMessage
-from san_common.jobs.registration import JOBS_EXCHANGE
+from san_common.jobs import repository as jobs
 from san_common.jobs.types import ACTIVE_STATUSES, JobStatus, JobType
 from san_common.models import (
     AdminAudit,
@@ -42,7 +41,6 @@ from san_common.models import (
     TilGithubCommit,
     User,
 )
-from san_common.tracing import current_trace_context
 
 _ACTIVE = [s.value for s in ACTIVE_STATUSES]
 
@@ -299,61 +297,17 @@ async def has_other_active(session: AsyncSession, job: AsyncJob) -> bool:
     return bool(found)
 
 
-_AVAILABLE_AGAIN = {
-    "status": JobStatus.PENDING.value,
-    "error_message": None,
-    "started_at": None,
-    "finished_at": None,
-    "worker_id": None,
-    "lease_expires_at": None,
-    "updated_at": func.now(),
-}
-
-
 async def make_available_again(
     session: AsyncSession, job_ids: Sequence[uuid.UUID]
-) -> list[AsyncJob]:
-    """FAILED → PENDING (same job ids) plus a new outbox message each; the caller holds a
-    savepoint, since a concurrent registration can still hit the unique index."""
-    if not job_ids:
-        return []
-    rows = await session.scalars(
-        update(AsyncJob)
-        .where(AsyncJob.job_id.in_(job_ids), AsyncJob.status == JobStatus.FAILED.value)
-        .values(**_AVAILABLE_AGAIN)
-        .returning(AsyncJob)
-    )
-    retried = list(rows)
-    now = datetime.now(UTC)
-    trace = current_trace_context()
-    messages = [
-        JobMessage(
-            message_id=uuid.uuid4(),
-            job_id=job.job_id,
-            job_type=JobType(job.job_type),
-            target_id=job.target_id,
-            user_id=job.user_id,
-            attempt=job.attempt,
-            created_at=now,
-            **trace,
-        )
-        for job in retried
-    ]
-    if messages:
-        await session.execute(
-            pg_insert(OutboxMessage),
-            [
-                {
-                    "message_id": m.message_id,
-                    "exchange": JOBS_EXCHANGE,
-                    "routing_key": m.job_type,
-                    "body": m.model_dump(mode="json"),
-                    "headers": {},
-                }
-                for m in messages
-            ],
-        )
-    return retried
+) -> list[uuid.UUID]:
+    """FAILED → PENDING under the same job ids, each with a new outbox message (the
+    runtime's `make_available`); the caller holds a savepoint, since a concurrent
+    registration can still hit the unique index."""
+    done = []
+    for job_id in job_ids:
+        if await jobs.make_available(session, job_id):
+            done.append(job_id)
+    return done
 
 
 async def retryable_ids(session: AsyncSession, f: JobFilter, *, limit: int) -> list[uuid.UUID]:

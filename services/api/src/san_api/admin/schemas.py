@@ -30,6 +30,19 @@ class AdminJob(Wire):
     finishedAt: datetime | None
     workerId: str | None
     leaseExpiresAt: datetime | None
+    tries: int = Field(description="tries so far (a retry waiting is PENDING with nextAttemptAt)")
+    nextAttemptAt: datetime | None
+    lastError: str | None = Field(description="the latest try's error (full, redacted)")
+    errorSummary: str | None = Field(description="what the owner sees")
+
+
+class TryView(Wire):
+    tryNo: int
+    workerId: str | None
+    startedAt: datetime
+    finishedAt: datetime | None
+    outcome: str | None = Field(description="null while the try runs")
+    error: str | None
 
 
 class JobPage(Wire):
@@ -52,7 +65,7 @@ class TargetRow(Wire):
 class JobDetail(Wire):
     job: AdminJob
     events: list[JobEventView] = Field(description="every status change, oldest first")
-    tries: list[dict[str, Any]] = Field(description="each try (worker, times, outcome, error)")
+    tries: list[TryView] = Field(description="each try: worker, times, outcome, error")
     target: TargetRow
     related: list[AdminJob] = Field(description="other jobs of the same target, newest first")
 

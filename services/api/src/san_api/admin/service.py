@@ -13,14 +13,13 @@ from san_api.admin.auth import Operator
 from san_api.admin.repository import JobFilter
 from san_api.errors import Conflict, DuplicateResource, NotFound, ValidationFailed
 from san_common.jobs.types import JobStatus
-from san_common.models import AsyncJob
 
 
 def _cancel_reason(operator: Operator) -> str:
     return f"cancelled by operator {operator.name}"
 
 
-async def retry(session: AsyncSession, operator: Operator, job_id: uuid.UUID) -> AsyncJob:
+async def retry(session: AsyncSession, operator: Operator, job_id: uuid.UUID) -> uuid.UUID:
     row = await repository.get_job(session, job_id)
     if row is None:
         raise NotFound(f"job {job_id} not found")
@@ -90,7 +89,7 @@ async def bulk(
     return done, matched, audit_id
 
 
-async def _make_available(session: AsyncSession, ids: list[uuid.UUID]) -> list[AsyncJob]:
+async def _make_available(session: AsyncSession, ids: list[uuid.UUID]) -> list[uuid.UUID]:
     try:
         async with session.begin_nested():
             return await repository.make_available_again(session, ids)
