@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
+import httpx
 import pytest
 
 from san_ai_worker.ai.provider import build_provider
@@ -30,7 +31,7 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import Scrap
-from tests.admin.support import Sessions, new_user, operator_headers
+from tests.admin.support import Sessions, new_user, operator_headers, user_headers
 from tests.api.support import over_http
 from tests.conftest import api_settings
 from tests.fakes.fake_ai import FakeAiServer
@@ -129,6 +130,16 @@ def text_is(css: str, expected: str) -> Callable[[WebDriver], bool]:
     return check
 
 
+async def same_job_new_try(base: str, job_id: uuid.UUID, owner: str) -> None:
+    """The retry kept the job id; its second try completed, and the owner sees it."""
+    async with httpx.AsyncClient(base_url=base, timeout=WAIT) as client:
+        detail = (await client.get(f"/admin/api/jobs/{job_id}", headers=operator_headers())).json()
+        mine = (await client.get(f"/async-jobs/{job_id}", headers=user_headers(owner))).json()
+    outcomes = [t["outcome"] for t in detail["tries"]]
+    assert outcomes[0] == "failed" and outcomes[-1] == "completed", outcomes
+    assert mine["status"] == "COMPLETED" and mine["tries"] == len(outcomes) >= 2
+
+
 async def a_scrap(sessions: Sessions, user_id: uuid.UUID) -> uuid.UUID:
     content = f"Operators need a console {uuid.uuid4()}"
     scrap = Scrap(
@@ -176,7 +187,7 @@ async def test_operator_retries_a_failed_job_and_redrives_a_dead_letter(
             worker_and_relay(sessions, fresh_db_url, amqp_url, topology, build_handlers(provider)),
             over_http(create_app(settings)) as base,
         ):
-            user_id, _ = await new_user(sessions)
+            user_id, owner = await new_user(sessions)
             scrap_id = await a_scrap(sessions, user_id)
             fake_ai.set_fault("http_400")  # a permanent failure: the job ends FAILED
             job = await register_job(
@@ -190,6 +201,7 @@ async def test_operator_retries_a_failed_job_and_redrives_a_dead_letter(
                 await drive_the_console(Page(browser, base), job.job_id, topology)
             finally:
                 await asyncio.to_thread(browser.get, "about:blank")  # close its SSE streams
+            await same_job_new_try(base, job.job_id, owner)
     finally:
         fake_ai.set_fault(None)
         await provider.aclose()
