@@ -291,8 +291,8 @@ async def main_async(args: Any) -> int:
     ]
     rendered = "\n".join(text) + "\n"
     print("\n" + rendered)
-    (RESULTS / "last.md").write_text(rendered)
-    (RESULTS / "last.json").write_text(json.dumps(report, indent=2, default=str))
+    (RESULTS / f"{args.name}.md").write_text(rendered)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2, default=str))
     return 0
 
 
@@ -310,6 +310,7 @@ def main() -> int:
         choices=["drain", "burst", "paced"],
     )
     parser.add_argument("--skip-san-ratios", action="store_true")
+    parser.add_argument("--name", default="last", help="results file name (benchmarks/results/)")
     parser.add_argument(
         "--cards", type=int, default=100_000, help="similar cards: cards of one user"
     )

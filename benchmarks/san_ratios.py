@@ -156,6 +156,8 @@ async def relay_ratios(server: str, amqp_url: str, runs: int, messages: int) -> 
     topology = Topology(prefix="sanbench_relay")
     connection = await aio_pika.connect(amqp_url)
     channel = await connection.channel()
+    for name in topology.all_queue_names():  # left by an interrupted run, maybe of an
+        await channel.queue_delete(name)  # older version with other queue arguments
     queues = await declare_topology(channel, topology)
     queue = queues[JobType.CARD_ANALYSIS]
     db = await asyncpg.connect(database_url)

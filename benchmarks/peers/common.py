@@ -97,10 +97,15 @@ async def _insert_rows(connection: asyncpg.Connection, n: int) -> list[uuid.UUID
 
 
 async def _wait_done(
-    connection: asyncpg.Connection, ids: Sequence[uuid.UUID], timeout: float
+    connection: asyncpg.Connection,
+    ids: Sequence[uuid.UUID],
+    timeout: float,
+    worker: subprocess.Popen[bytes] | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:
+        if worker is not None and worker.poll() is not None:
+            raise RuntimeError(f"the worker process exited with {worker.returncode}; see its log")
         done = await connection.fetchval(
             "SELECT count(*) FROM bench_rows WHERE id = ANY($1) AND done_at IS NOT NULL", list(ids)
         )
@@ -122,11 +127,13 @@ async def _times(
     return {row["id"]: (row["s"], row["d"]) for row in rows}
 
 
-async def _warm_up(driver: Driver, connection: asyncpg.Connection) -> None:
+async def _warm_up(
+    driver: Driver, connection: asyncpg.Connection, worker: subprocess.Popen[bytes]
+) -> None:
     """One job end to end: the worker (and whatever sits between) is connected."""
     (row,) = await _insert_rows(connection, 1)
     await driver.enqueue(row)
-    await _wait_done(connection, [row], timeout=120)
+    await _wait_done(connection, [row], timeout=180, worker=worker)
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
@@ -155,13 +162,13 @@ async def run_scenario(
             # Whatever a system does before its worker sees the jobs (SAN's relay) is done.
             await driver.settle_backlog(connection)
             worker = driver.start_worker()
-            await _wait_done(connection, ids, timeout=600)
+            await _wait_done(connection, ids, timeout=600, worker=worker)
             times = await _times(connection, ids)
             first = min(s for s, _ in times.values())
             last = max(d for _, d in times.values())
             return Outcome(scenario, n, rate=(n - 1) / max(last - first, 1e-9))
         worker = driver.start_worker()
-        await _warm_up(driver, connection)
+        await _warm_up(driver, connection, worker)
         if scenario == "burst":
             ids = await _insert_rows(connection, n)
             enqueued: dict[uuid.UUID, float] = {}
@@ -169,7 +176,7 @@ async def run_scenario(
                 enqueued[row] = time.time()
                 await driver.enqueue(row)
             enqueue_seconds = time.time() - enqueued[ids[0]]
-            await _wait_done(connection, ids, timeout=600)
+            await _wait_done(connection, ids, timeout=600, worker=worker)
             times = await _times(connection, ids)
             last = max(d for _, d in times.values())
             latencies = [(times[i][1] - enqueued[i]) * 1000 for i in ids]
@@ -191,7 +198,7 @@ async def run_scenario(
                 await asyncio.sleep(max(0.0, began + k / rate - time.monotonic()))
                 enqueued[row] = time.time()
                 await driver.enqueue(row)
-            await _wait_done(connection, ids, timeout=120)
+            await _wait_done(connection, ids, timeout=180, worker=worker)
             times = await _times(connection, ids)
             latencies = [(times[i][0] - enqueued[i]) * 1000 for i in ids]
             return Outcome(

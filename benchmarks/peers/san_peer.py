@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
+import aio_pika
 import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -27,7 +28,7 @@ from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 
-PREFIX = "sanbench"
+PREFIX = os.environ.get("BENCH_SAN_PREFIX", "sanbench")
 JOB_TYPE = JobType.SCRAP_REFINE  # any type: the benchmark's worker serves only this queue
 NOOP = text(
     "UPDATE bench_rows SET started_at = to_timestamp(:entered), done_at = clock_timestamp() "
@@ -60,6 +61,22 @@ def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
     }
 
 
+async def _fresh_topology(amqp_url: str) -> None:
+    """The benchmark's queues and exchanges, deleted so that the relay and the worker
+    declare them as this version of SAN does (queue arguments change between versions,
+    and a queue redeclared with other arguments is refused)."""
+    topology = Topology(PREFIX)
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        for name in topology.all_queue_names():
+            await channel.queue_delete(name)
+        for exchange in (topology.jobs_exchange, topology.dead_letter_exchange):
+            await channel.exchange_delete(exchange)
+    finally:
+        await connection.close()
+
+
 class SanPeer:
     def __init__(self, database_url: str, amqp_url: str) -> None:
         self.database_url = database_url
@@ -76,6 +93,7 @@ class SanPeer:
             "ON CONFLICT (external_id) DO UPDATE SET external_id = excluded.external_id "
             "RETURNING id"
         )
+        await _fresh_topology(self.amqp_url)
         self._engine = create_engine(self.database_url, pool_size=2)
         self._sessions = create_session_factory(self._engine)
         relay = Path(sys.executable).with_name("san-relay")
@@ -106,6 +124,8 @@ class SanPeer:
         while await connection.fetchval(
             "SELECT count(*) FROM outbox_messages WHERE published_at IS NULL"
         ):
+            if self._relay is not None and self._relay.poll() is not None:
+                raise RuntimeError("san-relay exited; see its log")
             await asyncio.sleep(0.05)
 
     async def close(self) -> None:
@@ -117,7 +137,9 @@ class SanPeer:
             await self._engine.dispose()
 
     def worker_main(self) -> None:
-        from san_common.process import readiness, serve
+        from san_common import probes
+        from san_common.probes import Readiness
+        from san_common.process import serve
         from san_common.settings import load_settings
         from san_common.worker import WorkerRuntime
         from san_common.worker.settings import WorkerSettings
@@ -134,7 +156,9 @@ class SanPeer:
                 config=settings.runtime_config(),
             )
             try:
-                await serve(settings, runtime.run, readiness(engine, settings.amqp_url))
+                # the same wiring as san-ai-worker's main, with the no-op handler
+                ready = Readiness({"database": probes.database(engine)})
+                await serve(settings, runtime.run, ready)
             finally:
                 await engine.dispose()
 

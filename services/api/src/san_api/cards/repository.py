@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, ScalarSelect, select, text
+from sqlalchemy import Row, ScalarSelect, Select, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.models import Category, KnowledgeCard, Tag, card_tags
@@ -95,25 +96,33 @@ async def nearest(
     exact scan over the user's own cards (their index on `user_id`), which is cheap
     precisely then. `embedding` is a vector or a scalar subquery (`embedding_of`).
     """
-    enable_sort = await session.scalar(_APPROXIMATE, {"ef_search": str(HNSW_EF_SEARCH)})
-    try:
-        found = await _nearest(session, user_id, embedding, k, exclude, exact=False)
-    finally:
-        await session.execute(_RESET, {"enable_sort": enable_sort})
+    async with on_the_index(session):
+        found = await _nearest(session, neighbours_query(user_id, embedding, k, exclude))
     if len(found) < k:
-        found = await _nearest(session, user_id, embedding, k, exclude, exact=True)
+        found = await _nearest(
+            session, neighbours_query(user_id, embedding, k, exclude, exact=True)
+        )
     return found
 
 
-async def _nearest(
-    session: AsyncSession,
+@asynccontextmanager
+async def on_the_index(session: AsyncSession) -> AsyncIterator[None]:
+    """Statements run inside are planned with the approximate search's settings."""
+    enable_sort = await session.scalar(_APPROXIMATE, {"ef_search": str(HNSW_EF_SEARCH)})
+    try:
+        yield
+    finally:
+        await session.execute(_RESET, {"enable_sort": enable_sort})
+
+
+def neighbours_query(
     user_id: uuid.UUID,
     embedding: Any,
     k: int,
     exclude: Sequence[uuid.UUID],
     *,
-    exact: bool,
-) -> list[Neighbour]:
+    exact: bool = False,
+) -> Select[uuid.UUID, uuid.UUID, str, str, float]:
     distance = KnowledgeCard.embedding.cosine_distance(embedding)
     # `+ 0` is not the indexed operator, so no index can order by it: the exact scan.
     order = (distance + 0) if exact else distance
@@ -128,7 +137,13 @@ async def _nearest(
         query = query.where(KnowledgeCard.id.not_in(exclude))
     # A missing query card gives NULL distances: no neighbours, not K arbitrary cards.
     query = query.where(distance.is_not(None))
-    result = await session.execute(query.order_by(order).limit(k))
+    return query.order_by(order).limit(k)
+
+
+async def _nearest(
+    session: AsyncSession, query: Select[uuid.UUID, uuid.UUID, str, str, float]
+) -> list[Neighbour]:
+    result = await session.execute(query)
     # relaxed_order may return neighbours slightly out of order
     return sorted(
         (Neighbour(row[0], row[1], row[2], row[3], float(row[4])) for row in result),
