@@ -314,14 +314,15 @@ async def test_a_broker_outage_costs_a_few_warnings_not_one_per_message(
             while loop.time() < ends:  # jobs keep arriving, each NOTIFY wakes the relay
                 await register_many(fresh_sessions, 5)
                 await asyncio.sleep(0.1)  # the workload's arrival rate, not a wait
-            warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
             await asyncio.to_thread(proxy.restore)
             await eventually(
                 lambda: _zero(fresh_sessions), within=90, what="the backlog published after"
             )
+            # the whole outage and the recovery from it (a round may still be waiting on
+            # its publish timeout when the broker comes back)
+            warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         finally:
             stop.set()
             await task
     # r.msg, not getMessage(): some of aio-pika's records cannot format their arguments
-    assert any(str(r.msg).startswith("relay round failed") for r in warnings)
     assert len(warnings) <= MAX_OUTAGE_WARNINGS, [(r.name, str(r.msg)) for r in warnings]
