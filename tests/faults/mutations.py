@@ -283,6 +283,11 @@ def _failures(log: Path) -> tuple[str, ...]:
     return tuple(failed)
 
 
+def _turned_red(catcher: str, failed: tuple[str, ...]) -> bool:
+    """A parametrized catcher turned red when any of its cases did."""
+    return any(f == catcher or f.startswith(catcher + "[") for f in failed)
+
+
 def table(results: list[Result]) -> str:
     lines = [
         "| mutation | catching tests (✗ = turned red) | result |",
@@ -291,7 +296,8 @@ def table(results: list[Result]) -> str:
     for r in results:
         # Each catcher, marked with whether it turned red under this mutation.
         catchers = "<br>".join(
-            f"`{c.split('::')[-1]}`" + (" ✗" if c in r.failed else "") for c in r.mutation.catchers
+            f"`{c.split('::')[-1]}`" + (" ✗" if _turned_red(c, r.failed) else "")
+            for c in r.mutation.catchers
         )
         lines.append(f"| {r.mutation.what} | {catchers} | {r.verdict} |")
     return "\n".join(lines)
