@@ -263,11 +263,12 @@ class Figures:
 
 def record(figures: Figures, tmp_path: Path) -> None:
     """Write the figures next to the test's logs, print them, and append them to the file
-    `SAN_FAULT_FIGURES` names (how the table in docs/reliability.md is collected)."""
+    `FAULT_FIGURES` names (how the table in docs/reliability.md is collected). Not `SAN_…`:
+    the services report unknown variables with their prefixes, and they inherit this one."""
     line = json.dumps(asdict(figures))
     (tmp_path / "figures.json").write_text(line + "\n")
     print(f"fault figures: {line}")
-    if target := os.environ.get("SAN_FAULT_FIGURES"):
+    if target := os.environ.get("FAULT_FIGURES"):
         with open(target, "a") as out:
             out.write(line + "\n")
 
