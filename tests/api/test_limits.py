@@ -142,6 +142,10 @@ def two_apis(fresh_db_url: str, amqp_url: str, tmp_path: Path) -> Iterator[list[
                 "RATE_LIMIT_JOBS_PER_MINUTE": "1",
                 "ACTIVE_JOBS_MAX_PER_USER": str(ACTIVE_CAP),
                 "PYTHONUNBUFFERED": "1",
+                # no idle keep-alive connection is closed under the client mid-burst (on a
+                # loaded machine a reused connection can race the server's idle close)
+                "HTTP_KEEP_ALIVE_SECONDS": "300",
+                "HTTP_HEADER_TIMEOUT_SECONDS": "300",
             }
             processes.append(start(f"api-{n}", env, tmp_path, module="san_api.main"))
             urls.append(f"http://127.0.0.1:{port}")
