@@ -188,11 +188,19 @@ class Consumer:
             await stop.wait()
             return
         callbacks = {queue.name: self._callbacks[i] for i, (queue, _) in enumerate(consumers)}
+        unreadable = False
         while True:
             try:
                 paused = await self._paused()
-            except Exception:  # the database is down: keep consuming as we were
-                log.warning("could not read paused job types", exc_info=True)
+                unreadable = False
+            except Exception as exc:  # the database is down: keep consuming as we were
+                # One line per outage, no traceback: the executor reports the outage itself.
+                if not unreadable:
+                    log.info(
+                        "paused job types unreadable; consuming as before",
+                        extra={"fields": {"error": type(exc).__name__}},
+                    )
+                unreadable = True
                 paused = None
             if paused is not None:
                 for i, (queue, tag) in enumerate(consumers):
