@@ -11,14 +11,14 @@ PYTEST_ARGS ?=
 # Trust the system certificate store (corporate proxies and mirrors put their CA there).
 export UV_SYSTEM_CERTS ?= 1
 
-.PHONY: help setup run-env run demo test token lint typecheck bench mutants clean
+.PHONY: help setup run-env run demo test token lint typecheck bench soak mutants clean
 
 help:
 	@echo "make run    - embedded PostgreSQL + RabbitMQ + every service, logs here, Ctrl-C stops"
 	@echo "make demo   - walk the README's 'Try it' against a running 'make run'"
 	@echo "make test   - install and run the whole test suite"
 	@echo "make token  - mint a bearer token for local use (SUBJECT=local-user)"
-	@echo "make lint / typecheck / bench"
+	@echo "make lint / typecheck / bench / soak"
 	@echo "make mutants - break each lease/fencing guarantee in a copy, check the suite turns red"
 
 # A fresh machine has no uv: install the pinned one with the python3 it has.
@@ -62,6 +62,11 @@ mutants: setup
 # into .bench/peers-venv), then SAN's own ratios; BENCH_ARGS="--runs 5", "--help".
 bench: setup
 	UV=$(UV) $(UV) run --frozen python -m benchmarks.run $(BENCH_ARGS)
+
+# Every service as its own process under 100 jobs/s for 10 minutes: RSS per service
+# (start, peak, end, trend), reported, not asserted; SOAK_ARGS="--minutes 1", "--help".
+soak: setup
+	$(UV) run --frozen python -m benchmarks.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf .venv $(TOOLS) .data .pytest_cache .mypy_cache .ruff_cache

@@ -30,12 +30,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
+from benchmarks.peers.common import PEAK_RSS_MB, PEAK_RSS_PREFIX
 from san_common.db.engine import plain_url
 from san_common.db.migrate import upgrade
 from tests import infra
@@ -157,8 +158,44 @@ def peer_rows(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
         row["paced_p50_ms"] = summary([r.get("latency_p50_ms") for r in paced])
         row["paced_p99_ms"] = summary([r.get("latency_p99_ms") for r in paced])
         row["errors"] = [r["error"] for rs in by_scenario.values() for r in rs if "error" in r]
+        row["peak_rss_mb"] = peak_rss(r for rs in by_scenario.values() for r in rs)
         table[system] = row
     return table
+
+
+def peak_rss(outcomes: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """The largest peak RSS (VmHWM, MB) of each of a system's processes over its runs, as
+    the drivers read it just before stopping them (benchmarks/peers/common.py)."""
+    peaks: dict[str, float] = {}
+    for outcome in outcomes:
+        for key, value in outcome.get("extra", {}).items():
+            if key.startswith(PEAK_RSS_PREFIX):
+                name = key.removeprefix(PEAK_RSS_PREFIX)
+                peaks[name] = max(peaks.get(name, 0.0), float(value))
+    return peaks
+
+
+def render_rss(table: dict[str, dict[str, Any]], ratios_rss: dict[str, float]) -> str:
+    lines = [
+        "| peak RSS (VmHWM, MB; largest over every scenario and run) | worker process "
+        "| other processes |",
+        "|---|---|---|",
+    ]
+    for system in SYSTEMS:
+        peaks = dict(table.get(system, {}).get("peak_rss_mb") or {})
+        if peaks:
+            worker = peaks.pop("worker", None)
+            others = ", ".join(f"`{name}` {mb:,.0f}" for name, mb in sorted(peaks.items()))
+            lines.append(
+                f"| {LABELS[system]} | {'—' if worker is None else f'{worker:,.0f}'} "
+                f"| {others or '—'} |"
+            )
+    if ratios_rss:
+        cells = ", ".join(f"`{name}` {mb:,.0f}" for name, mb in sorted(ratios_rss.items()))
+        lines.append(
+            f"| SAN's ratios (API, relay and API at 100k cards, under load) | — | {cells} |"
+        )
+    return "\n".join(lines)
 
 
 def render_peers(table: dict[str, dict[str, Any]], args: Any) -> str:
@@ -237,6 +274,8 @@ async def main_async(args: Any) -> int:
     systems = [s for s in SYSTEMS if s in args.systems]
     peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
     print(f"peers installed in {time.time() - started:.0f}s", flush=True)
+    # Where the wall time went (docs/performance.md, "bench wall time").
+    phases: dict[str, float] = {"peers venv": time.time() - started}
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.node()} · {os.cpu_count()} CPUs · {platform.platform()}",
@@ -244,7 +283,9 @@ async def main_async(args: Any) -> int:
         "runs": args.runs,
         "load_at_start": load_note(),
     }
+    mark = time.time()
     with infra.postgres_server() as server, infra.rabbitmq_server() as amqp_url:
+        phases["servers and databases"] = time.time() - mark
         results: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in systems}
         databases: dict[str, str] = {}
         for system in systems:
@@ -256,9 +297,12 @@ async def main_async(args: Any) -> int:
                 for system in systems:
                     python = Path(sys.executable) if system == "san" else peers_python
                     assert python is not None
+                    mark = time.time()
                     outcome = run_driver(
                         python, system, databases[system], amqp_url, scenario, args
                     )
+                    key = f"scenarios: {system}"
+                    phases[key] = phases.get(key, 0.0) + time.time() - mark
                     results[system].setdefault(scenario, []).append(outcome)
                     print(f"round {round_no + 1} {scenario:6} {system:14} {outcome}", flush=True)
         table = peer_rows(results)
@@ -267,12 +311,18 @@ async def main_async(args: Any) -> int:
         if not args.skip_san_ratios:
             from benchmarks import san_ratios
 
+            mark = time.time()
             ratios = await san_ratios.run_all(server, amqp_url, args, extra)
+            phases["SAN's ratios"] = time.time() - mark
+            if "similar" in ratios:
+                phases["SAN's ratios: card data + HNSW build"] = ratios["similar"]["fill_seconds"]
             report["san_ratios"] = ratios
             sections.append(san_ratios.render(ratios))
     report["peers"] = {"raw": results, "summary": table}
     report["load_at_end"] = load_note()
     report["seconds"] = round(time.time() - started)
+    report["phases_seconds"] = {name: round(seconds, 1) for name, seconds in phases.items()}
+    report["peak_rss_mb_san_ratios"] = dict(PEAK_RSS_MB)  # processes this one stopped
     checks = acceptance(table, extra)
     report["acceptance"] = checks
     text = [
@@ -283,11 +333,17 @@ async def main_async(args: Any) -> int:
         "",
         render_peers(table, args),
         "",
+        render_rss(table, report["peak_rss_mb_san_ratios"]),
+        "",
         *sections,
         "",
         "| issue 13 acceptance | this run |",
         "|---|---|",
         *(f"| {label} | {value} |" for label, value in checks),
+        "",
+        "Wall time: "
+        + ", ".join(f"{name} {seconds:,.0f} s" for name, seconds in phases.items())
+        + f"; {report['seconds']:,} s in all.",
     ]
     rendered = "\n".join(text) + "\n"
     print("\n" + rendered)

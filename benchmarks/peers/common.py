@@ -136,8 +136,13 @@ async def _warm_up(
     await _wait_done(connection, [row], timeout=180, worker=worker)
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def stop_process(
+    process: subprocess.Popen[bytes], timeout: float = 30.0, name: str | None = None
+) -> None:
+    """SIGTERM, then SIGKILL after `timeout`; its peak RSS is recorded first (under `name`,
+    else `process_name`)."""
     if process.poll() is None:
+        record_peak_rss(process, name)
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout)
@@ -210,7 +215,7 @@ async def run_scenario(
         raise ValueError(f"unknown scenario {scenario}")
     finally:
         if worker is not None:
-            stop_process(worker)
+            stop_process(worker, name="worker")
         await driver.close()
         await connection.close()
 
@@ -233,6 +238,7 @@ def cli(build: type) -> None:  # type: ignore[type-arg]
     outcome = asyncio.run(
         run_scenario(driver, args.database_url, args.scenario, args.jobs, args.rate, args.seconds)
     )
+    outcome.extra.update({f"{PEAK_RSS_PREFIX}{n}": mb for n, mb in PEAK_RSS_MB.items()})
     print(json.dumps(outcome.__dict__))
 
 
@@ -252,8 +258,7 @@ def worker_command(module: str, database_url: str, amqp_url: str) -> list[str]:
 def spawn(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A worker process; its own output goes to a log file, not into the driver's JSON."""
     log_dir = os.environ.get("BENCH_LOG_DIR", "/tmp")
-    name = os.path.basename(command[2] if command[1:2] == ["-m"] else command[0])
-    log = open(os.path.join(log_dir, f"{name}.log"), "ab")
+    log = open(os.path.join(log_dir, f"{process_name(command)}.log"), "ab")
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
     )
@@ -261,3 +266,73 @@ def spawn(command: list[str], env: dict[str, str] | None = None) -> subprocess.P
 
 def median_summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+# --- peak RSS, read from outside the process (/proc; Linux) -------------------------------
+
+# The peak RSS (VmHWM, MB) of each process `stop_process` stopped, by name ("worker" for
+# the worker of `run_scenario`, else `process_name`: "san-relay"); `cli`
+# adds them to the driver's outcome as `peak_rss_mb:<name>` (maximum over the driver's
+# processes of that name) and run.py reports them. Read just before SIGTERM, so a
+# process's whole life is covered.
+PEAK_RSS_MB: dict[str, float] = {}
+PEAK_RSS_PREFIX = "peak_rss_mb:"
+
+
+def process_name(command: Sequence[str]) -> str:
+    """`python -m X …` → X; `/path/san-relay` → san-relay (also the log file's name)."""
+    return os.path.basename(command[2] if list(command[1:2]) == ["-m"] else command[0])
+
+
+def _status_kb(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:  # gone, or no /proc here
+        return None
+    return None
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                # the command name (field 2) may hold spaces: the parent follows its ')'
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def tree_kb(pid: int, key: str = "VmRSS") -> int | None:
+    """`key` of /proc/<pid>/status (VmRSS: resident now; VmHWM: its peak) of a process
+    plus its descendants (a Dramatiq worker's child processes), in kB; None when gone."""
+    own = _status_kb(pid, key)
+    if own is None:
+        return None
+    return own + sum(_status_kb(child, key) or 0 for child in _descendants(pid))
+
+
+def record_peak_rss(process: subprocess.Popen[bytes], name: str | None = None) -> None:
+    kb = tree_kb(process.pid, "VmHWM")
+    if kb is None:
+        return
+    if name is None:
+        args = process.args
+        name = process_name([str(a) for a in args] if isinstance(args, list) else [str(args)])
+    PEAK_RSS_MB[name] = max(PEAK_RSS_MB.get(name, 0.0), round(kb / 1024, 1))
