@@ -147,7 +147,9 @@ class SanPeer:
         settings = load_settings(WorkerSettings)
 
         async def main() -> None:
-            engine = create_engine(settings.database_url, pool_size=settings.worker_prefetch + 2)
+            engine = create_engine(
+                settings.database_url, pool_size=settings.worker_prefetch + 2, pre_ping=False
+            )
             runtime = WorkerRuntime(
                 session_factory=create_session_factory(engine),
                 amqp_url=settings.amqp_url,

@@ -24,7 +24,9 @@ PROG = "san-ai-worker"
 
 
 async def amain(settings: AiWorkerSettings) -> None:
-    engine = create_engine(settings.database_url, pool_size=settings.worker_prefetch + 2)
+    engine = create_engine(
+        settings.database_url, pool_size=settings.worker_prefetch + 2, pre_ping=False
+    )
     ai = build_provider(
         settings.ai_provider,
         base_url=settings.ai_base_url,

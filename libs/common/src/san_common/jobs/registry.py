@@ -80,6 +80,23 @@ class Mirror:
             .values(**values)
         )
 
+    def update_sql(self, status: str, jobs: str, job_type: str) -> str:
+        """`set(…, status)` (no error) as one SQL statement over the target rows of the jobs
+        of `job_type` in `jobs` (a relation with `job_type` and `target_id`): a WITH clause
+        of the runtime's claim and completion statements, so the mirror moves in the same
+        statement as its job."""
+        table = self.table.name
+        column = self.status_column
+        sets = [f"{column} = '{status}'", "updated_at = now()"]
+        if self.error_column is not None:
+            sets.append(f"{self.error_column} = NULL")
+        allowed = ", ".join(f"'{s}'" for s in _MIRROR_FROM[status])
+        return (
+            f"UPDATE {table} AS mirrored SET {', '.join(sets)} FROM {jobs} "
+            f"WHERE {jobs}.job_type = '{job_type}' AND mirrored.id = {jobs}.target_id "
+            f"AND mirrored.{column} IN ({allowed})"
+        )
+
 
 @dataclass(frozen=True)
 class JobSpec:

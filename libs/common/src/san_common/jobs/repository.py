@@ -8,14 +8,16 @@ the job) therefore changes nothing, and learns it from the returned row count.
 
 from __future__ import annotations
 
+import functools
+import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import Update, and_, case, func, or_, select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Update, and_, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from san_common.errors import MAX_ERROR_MESSAGE
 from san_common.jobs import outbox, registry
@@ -83,6 +85,145 @@ async def state(session: AsyncSession, job_id: uuid.UUID) -> JobState | None:
     return None if row is None else JobState(*row)
 
 
+# The hot path's two statements, written once as SQL: a claim or a completion is one round
+# trip for a whole batch of jobs, the mirrored status of their target rows included (the
+# ORM's UPDATE machinery cost more CPU per job than the database did: shared/MEASURED.md).
+# `claim` and `complete` below are these statements for one job, so every caller goes
+# through the same fencing. `{mirrors}` is filled from the registry (`_with_mirrors`).
+_CLAIM_BATCH = """
+WITH asked AS (
+    SELECT DISTINCT unnest($1::uuid[]) AS job_id
+), claimed AS (
+    UPDATE async_jobs AS j
+    SET status = 'PROCESSING', tries = j.tries + 1, worker_id = $2,
+        lease_expires_at = now() + make_interval(secs => $3),
+        next_attempt_at = NULL, started_at = now(), updated_at = now()
+    FROM asked
+    WHERE j.job_id = asked.job_id
+      AND (
+        (j.status = 'PENDING' AND (j.next_attempt_at IS NULL OR j.next_attempt_at <= now()))
+        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now())
+        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)
+      )
+    RETURNING j.*
+), taken_over AS (
+    -- A try taken over has no outcome yet: its worker vanished or stalled — or, when it is
+    -- this very worker (`reclaim_own`), an outage interrupted it: that spends no try.
+    UPDATE async_job_tries AS t
+    SET outcome = CASE WHEN t.worker_id = $2 THEN 'released' ELSE 'lease_lost' END,
+        error = 'taken over', finished_at = now()
+    FROM claimed
+    WHERE t.job_id = claimed.job_id AND t.outcome IS NULL
+    RETURNING t.job_id, t.outcome
+), opened AS (
+    INSERT INTO async_job_tries (job_id, try_no, worker_id)
+    SELECT job_id, tries, $2 FROM claimed
+){mirrors}
+SELECT asked.job_id AS asked_id, claimed.*,
+    now() AS now_, state.status AS state_status,
+    state.lease_expires_at AS state_lease_expires_at,
+    state.next_attempt_at AS state_next_attempt_at,
+    -- every statement of a WITH sees one snapshot: the try just taken over is counted
+    -- from `taken_over`, not from the table
+    (SELECT count(*) FROM async_job_tries AS t
+        WHERE t.job_id = claimed.job_id AND t.outcome IN ('retry', 'lease_lost'))
+      + (SELECT count(*) FROM taken_over
+        WHERE taken_over.job_id = claimed.job_id AND taken_over.outcome = 'lease_lost')
+      AS spent_,
+    (SELECT count(*) FROM async_job_tries AS t
+        WHERE t.job_id = claimed.job_id AND t.outcome = 'rate_limited') AS waits_
+FROM asked
+LEFT JOIN claimed ON claimed.job_id = asked.job_id
+LEFT JOIN async_jobs AS state ON state.job_id = asked.job_id
+"""
+
+_COMPLETE_BATCH = """
+WITH done AS (
+    UPDATE async_jobs AS j
+    SET status = 'COMPLETED', error_message = NULL, error_summary = NULL, checkpoint = NULL,
+        finished_at = now(), updated_at = now(), lease_expires_at = NULL
+    FROM unnest($1::uuid[], $2::integer[]) AS mine(job_id, try_no)
+    WHERE j.job_id = mine.job_id
+      AND j.status = 'PROCESSING'
+      AND j.tries = mine.try_no
+    RETURNING j.job_id, j.tries, j.job_type, j.target_id
+), ended AS (
+    UPDATE async_job_tries AS t
+    SET outcome = 'completed', error = NULL, finished_at = now()
+    FROM done
+    WHERE t.job_id = done.job_id AND t.try_no = done.tries
+){mirrors}
+SELECT job_id FROM done
+"""
+
+
+def _with_mirrors(template: str, jobs: str, status: str) -> str:
+    """`template` with one more WITH clause per mirrored job type: its target rows follow
+    the jobs in `jobs` to `status`."""
+    clauses = "".join(
+        f", mirror_{i} AS (\n    {mirror.update_sql(status, jobs, job_type)}\n)"
+        for i, (job_type, mirror) in enumerate(sorted(registry.mirrored().items()))
+    )
+    return _statements(template, clauses)
+
+
+@functools.lru_cache(maxsize=32)
+def _statements(template: str, clauses: str) -> str:
+    return template.replace("{mirrors}", clauses)
+
+
+_JOB_COLUMNS = tuple(c.key for c in AsyncJob.__table__.columns)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A new try of a job: the job as claimed, and its earlier tries that spent the retry
+    budget or were rate-limit waits."""
+
+    job: AsyncJob
+    spent: int
+    waits: int
+
+
+async def claim_batch(
+    connection: AsyncConnection,
+    job_ids: Sequence[uuid.UUID],
+    worker_id: str,
+    lease: timedelta,
+    *,
+    reclaim_own: bool = False,
+) -> dict[uuid.UUID, Claimed | JobState | None]:
+    """A new try of each job that is claimable, in one statement: PENDING and due →
+    PROCESSING, or take over a PROCESSING job whose lease expired (or, with `reclaim_own`,
+    that `worker_id` itself holds and knows it no longer runs). `tries` goes up by one: the
+    new try's fencing token. The statement is atomic by itself: an autocommit connection
+    needs no transaction around it.
+
+    For each job id: its `Claimed`, else its state (why not: done, held under a live lease,
+    waiting for its next try), else None (unknown job)."""
+    result = await connection.exec_driver_sql(
+        _with_mirrors(_CLAIM_BATCH, "claimed", _PROCESSING),
+        (list(job_ids), worker_id, lease.total_seconds(), reclaim_own),
+    )
+    found: dict[uuid.UUID, Claimed | JobState | None] = {}
+    for row in result.mappings():
+        if row["job_id"] is not None:
+            values = {key: row[key] for key in _JOB_COLUMNS}
+            if isinstance(values["checkpoint"], str):  # jsonb, as the driver hands it over
+                values["checkpoint"] = json.loads(values["checkpoint"])
+            found[row["asked_id"]] = Claimed(AsyncJob(**values), row["spent_"], row["waits_"])
+        elif row["state_status"] is not None:
+            found[row["asked_id"]] = JobState(
+                row["state_status"],
+                row["state_lease_expires_at"],
+                row["state_next_attempt_at"],
+                row["now_"],
+            )
+        else:
+            found[row["asked_id"]] = None
+    return found
+
+
 async def claim(
     session: AsyncSession,
     job_id: uuid.UUID,
@@ -91,55 +232,11 @@ async def claim(
     *,
     reclaim_own: bool = False,
 ) -> AsyncJob | None:
-    """A new try: PENDING and due → PROCESSING, or take over a PROCESSING job whose lease
-    expired (or, with `reclaim_own`, that `worker_id` itself holds and knows it no longer
-    runs). `tries` goes up by one: the new try's fencing token.
-
-    Returns None when the job is not claimable (done, held under a live lease, waiting for
-    its next try, unknown); `state` tells which.
-    """
-    processing = AsyncJob.status == _PROCESSING
-    takeover = processing & (AsyncJob.lease_expires_at < _NOW)
-    if reclaim_own:
-        takeover = takeover | (processing & (AsyncJob.worker_id == worker_id))
-    due = (AsyncJob.status == _PENDING) & (
-        AsyncJob.next_attempt_at.is_(None) | (AsyncJob.next_attempt_at <= _NOW)
-    )
-    job = await session.scalar(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, or_(due, takeover))
-        .values(
-            status=_PROCESSING,
-            tries=AsyncJob.tries + 1,
-            worker_id=worker_id,
-            lease_expires_at=_NOW + lease,
-            next_attempt_at=None,
-            started_at=_NOW,
-            updated_at=_NOW,
-        )
-        .returning(AsyncJob)
-        .execution_options(populate_existing=True)
-    )
-    if job is None:
-        return None
-    # A try taken over has no outcome yet: its worker vanished or stalled — or, when it is
-    # this very worker (`reclaim_own`), an outage interrupted it: that spends no try.
-    await session.execute(
-        update(AsyncJobTry)
-        .where(AsyncJobTry.job_id == job_id, AsyncJobTry.outcome.is_(None))
-        .values(
-            outcome=case(
-                (AsyncJobTry.worker_id == worker_id, TryOutcome.RELEASED.value),
-                else_=TryOutcome.LEASE_LOST.value,
-            ),
-            error="taken over",
-            finished_at=_NOW,
-        )
-    )
-    await session.execute(
-        insert(AsyncJobTry).values(job_id=job_id, try_no=job.tries, worker_id=worker_id)
-    )
-    return job
+    """`claim_batch` for one job: the job as claimed, None when it is not claimable."""
+    connection = await session.connection()
+    got = await claim_batch(connection, [job_id], worker_id, lease, reclaim_own=reclaim_own)
+    claimed = got[job_id]
+    return claimed.job if isinstance(claimed, Claimed) else None
 
 
 async def spent_tries(session: AsyncSession, job_id: uuid.UUID) -> int:
@@ -161,23 +258,25 @@ async def extend_lease(
     return bool(result.rowcount)  # type: ignore[attr-defined]
 
 
+async def complete_batch(
+    session: AsyncSession, tries: Sequence[tuple[uuid.UUID, int]]
+) -> set[uuid.UUID]:
+    """PROCESSING → COMPLETED for each (job, try) whose try still holds the job, with its
+    try row and its target row's mirrored status; returns those job ids (the others were
+    taken over: their try changed nothing)."""
+    if not tries:
+        return set()
+    connection = await session.connection()
+    rows = await connection.exec_driver_sql(
+        _with_mirrors(_COMPLETE_BATCH, "done", JobStatus.COMPLETED.value),
+        ([job_id for job_id, _ in tries], [no for _, no in tries]),
+    )
+    return {job_id for (job_id,) in rows}
+
+
 async def complete(session: AsyncSession, job_id: uuid.UUID, try_no: int) -> bool:
     """PROCESSING → COMPLETED, only while try `try_no` still holds the job."""
-    result = await session.execute(
-        _owned(job_id, try_no).values(
-            status=JobStatus.COMPLETED.value,
-            error_message=None,
-            error_summary=None,
-            checkpoint=None,
-            finished_at=_NOW,
-            updated_at=_NOW,
-            lease_expires_at=None,
-        )
-    )
-    if not result.rowcount:  # type: ignore[attr-defined]
-        return False
-    await _finish_try(session, job_id, try_no, TryOutcome.COMPLETED, None)
-    return True
+    return job_id in await complete_batch(session, [(job_id, try_no)])
 
 
 async def fail(

@@ -7,19 +7,22 @@ settle a try return False (or None) when the try no longer holds the job.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from san_common.errors import is_connection_loss
 from san_common.jobs import registry
 from san_common.jobs import repository as jobs
 from san_common.jobs.repository import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
-from san_common.models import AsyncJob, AsyncJobTry
+from san_common.models import AsyncJob
+from san_common.worker.batching import Batcher
 from san_common.worker.handler import JobHandler
 
 
@@ -72,6 +75,28 @@ class _LeaseLost(Exception):
     """Raised inside `finish` to roll the handler's writes back."""
 
 
+@dataclass(frozen=True)
+class _ClaimAsk:
+    job_id: uuid.UUID
+    worker_id: str
+    lease: timedelta
+    reclaim_own: bool
+
+
+@dataclass(frozen=True)
+class _Finish:
+    claim: Claim
+    handler: JobHandler[Any, Any]
+    result: Any
+
+
+def _grouped(asks: Sequence[_ClaimAsk]) -> dict[tuple[str, timedelta, bool], list[uuid.UUID]]:
+    groups: dict[tuple[str, timedelta, bool], list[uuid.UUID]] = {}
+    for ask in asks:
+        groups.setdefault((ask.worker_id, ask.lease, ask.reclaim_own), []).append(ask.job_id)
+    return groups
+
+
 async def _mirror(
     session: AsyncSession, job: AsyncJob, status: JobStatus, error: str | None = None
 ) -> None:
@@ -83,40 +108,93 @@ async def _mirror(
 
 class SqlJobStore:
     """The runtime's transactions; each also writes the mirrored status of the job's target
-    row (registry `Mirror`), so no handler writes it."""
+    row (registry `Mirror`), so no handler writes it.
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    Claims and completions are group-committed (`Batcher`): the jobs of this process that
+    ask at about the same time share one transaction and one statement. A completion batch
+    that cannot commit as a whole — one handler's `store` raised, or one try was taken over
+    — is redone one job per transaction, so each job gets exactly its own outcome."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, max_batch: int = 100) -> None:
         self._sessions = sessions
+        engine = sessions.kw["bind"]
+        assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
+        self._engine = engine
+        self._claims: Batcher[_ClaimAsk, Claim | JobState | None] = Batcher(
+            self._claim_batch, max_size=max_batch, abandoned=self._release_abandoned
+        )
+        self._finishes: Batcher[_Finish, bool] = Batcher(self._finish_batch, max_size=max_batch)
 
     async def claim(
         self, job_id: uuid.UUID, worker_id: str, lease: timedelta, *, reclaim_own: bool
     ) -> Claim | JobState | None:
-        async with self._sessions() as session, session.begin():
-            job = await jobs.claim(session, job_id, worker_id, lease, reclaim_own=reclaim_own)
-            if job is None:
-                return await jobs.state(session, job_id)
-            await _mirror(session, job, JobStatus.PROCESSING)
-            spent, waits = (
-                await session.execute(
-                    select(
-                        func.count().filter(AsyncJobTry.outcome.in_(jobs.SPENT_OUTCOMES)),
-                        func.count().filter(AsyncJobTry.outcome == TryOutcome.RATE_LIMITED.value),
-                    ).where(AsyncJobTry.job_id == job_id)
+        return await self._claims.submit(_ClaimAsk(job_id, worker_id, lease, reclaim_own))
+
+    async def _claim_batch(self, asks: Sequence[_ClaimAsk]) -> list[Claim | JobState | None]:
+        found: dict[uuid.UUID, Claim | JobState | None] = {}
+        # One statement is the whole claim (mirrors included): no transaction around it.
+        async with self._engine.connect() as connection:
+            connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            # One statement per kind of ask (in practice one: a worker asks alike).
+            for (worker_id, lease, reclaim_own), ids in _grouped(asks).items():
+                got = await jobs.claim_batch(
+                    connection, ids, worker_id, lease, reclaim_own=reclaim_own
                 )
-            ).one()
-            return Claim(job, job.tries, int(spent), int(waits))
+                for job_id, result in got.items():
+                    if isinstance(result, jobs.Claimed):
+                        job = result.job
+                        found[job_id] = Claim(job, job.tries, result.spent, result.waits)
+                    else:
+                        found[job_id] = result
+        return [found[ask.job_id] for ask in asks]
+
+    async def _release_abandoned(self, ask: _ClaimAsk, got: Claim | JobState | None) -> None:
+        # Its caller was cancelled (shutdown) while the batch claimed it: nobody runs it.
+        if isinstance(got, Claim):
+            with contextlib.suppress(Exception):  # else its lease runs out: the rescuer
+                await self.release(got, "released on shutdown")
 
     async def load(self, claim: Claim, handler: JobHandler[Any, Any]) -> Any:
         async with self._sessions() as session, session.begin():
             return await handler.load(session, claim.job)
 
     async def finish(self, claim: Claim, handler: JobHandler[Any, Any], result: Any) -> bool:
+        return await self._finishes.submit(_Finish(claim, handler, result))
+
+    async def _finish_batch(self, batch: Sequence[_Finish]) -> list[bool | BaseException]:
+        if len(batch) > 1:
+            try:
+                await self._finish_together(batch)
+                return [True] * len(batch)
+            except Exception as exc:
+                if is_connection_loss(exc):
+                    raise  # the outage is every job's: each requeues
+                # One of them failed or lost its try: settle each on its own below.
+        outcomes: list[bool | BaseException] = []
+        for item in batch:
+            try:
+                outcomes.append(await self._finish_one(item))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    async def _finish_together(self, batch: Sequence[_Finish]) -> None:
+        async with self._sessions() as session, session.begin():
+            for item in batch:
+                await item.handler.store(session, item.claim.job, item.result)
+            done = await jobs.complete_batch(
+                session, [(item.claim.job.job_id, item.claim.try_no) for item in batch]
+            )
+            if len(done) < len(batch):
+                raise _LeaseLost
+
+    async def _finish_one(self, item: _Finish) -> bool:
+        claim = item.claim
         try:
             async with self._sessions() as session, session.begin():
-                await handler.store(session, claim.job, result)
+                await item.handler.store(session, claim.job, item.result)
                 if not await jobs.complete(session, claim.job.job_id, claim.try_no):
                     raise _LeaseLost
-                await _mirror(session, claim.job, JobStatus.COMPLETED)
         except _LeaseLost:
             return False
         return True
