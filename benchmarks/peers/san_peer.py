@@ -148,7 +148,7 @@ class SanPeer:
 
         async def main() -> None:
             engine = create_engine(
-                settings.database_url, pool_size=settings.worker_prefetch + 2, pre_ping=False
+                settings.database_url, pool_size=settings.worker_prefetch + 2, hot_path=True
             )
             runtime = WorkerRuntime(
                 session_factory=create_session_factory(engine),
@@ -164,7 +164,9 @@ class SanPeer:
             finally:
                 await engine.dispose()
 
-        asyncio.run(main())
+        import uvloop
+
+        uvloop.run(main())
 
 
 if __name__ == "__main__":

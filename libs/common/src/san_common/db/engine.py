@@ -26,19 +26,29 @@ def plain_url(url: str) -> str:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 10, echo: bool = False, pre_ping: bool = True
+    url: str, *, pool_size: int = 10, echo: bool = False, hot_path: bool = False
 ) -> AsyncEngine:
-    """`pre_ping=False` is for the workers' hot path: with asyncpg a pre-ping is three round
-    trips per checkout (BEGIN, `;`, ROLLBACK), more than a claim itself. A worker loses
-    nothing without it: a connection that died is an outage to the runtime (the job is
-    released and requeued), and SQLAlchemy then invalidates the whole pool at once."""
+    """`hot_path=True` is for the workers, whose claim and completion statements run
+    hundreds of times a second (docs/performance.md):
+
+    - no pre-ping: with asyncpg it is three round trips per checkout (BEGIN, `;`,
+      ROLLBACK), more than a claim itself. A worker loses nothing without it: a connection
+      that died is an outage to the runtime (the job is released and requeued), and
+      SQLAlchemy then invalidates the whole pool at once;
+    - generic plans for prepared statements: PostgreSQL re-plans the claim's WITH
+      statement for every batch otherwise (its array parameter makes a custom plan look
+      cheaper), and planning cost more than running it. The workers' other statements are
+      key lookups, which a generic plan serves as well."""
     if not url:
         raise ValueError("DATABASE_URL is empty: start the local launcher or set DATABASE_URL")
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=pre_ping,
+        pool_pre_ping=not hot_path,
+        connect_args=(
+            {"server_settings": {"plan_cache_mode": "force_generic_plan"}} if hot_path else {}
+        ),
         echo=echo,
     )
 

@@ -113,7 +113,8 @@ WITH asked AS (
     SET outcome = CASE WHEN t.worker_id = $2 THEN 'released' ELSE 'lease_lost' END,
         error = 'taken over', finished_at = now()
     FROM claimed
-    WHERE t.job_id = claimed.job_id AND t.outcome IS NULL
+    -- the open try of a PROCESSING job is its latest (`tries` before this claim)
+    WHERE t.job_id = claimed.job_id AND t.try_no = claimed.tries - 1 AND t.outcome IS NULL
     RETURNING t.job_id, t.outcome
 ), opened AS (
     INSERT INTO async_job_tries (job_id, try_no, worker_id)
@@ -125,13 +126,16 @@ SELECT asked.job_id AS asked_id, claimed.*,
     state.next_attempt_at AS state_next_attempt_at,
     -- every statement of a WITH sees one snapshot: the try just taken over is counted
     -- from `taken_over`, not from the table
-    (SELECT count(*) FROM async_job_tries AS t
-        WHERE t.job_id = claimed.job_id AND t.outcome IN ('retry', 'lease_lost'))
-      + (SELECT count(*) FROM taken_over
-        WHERE taken_over.job_id = claimed.job_id AND taken_over.outcome = 'lease_lost')
-      AS spent_,
-    (SELECT count(*) FROM async_job_tries AS t
-        WHERE t.job_id = claimed.job_id AND t.outcome = 'rate_limited') AS waits_
+    CASE WHEN claimed.tries > 1 THEN
+        (SELECT count(*) FROM async_job_tries AS t
+            WHERE t.job_id = claimed.job_id AND t.outcome IN ('retry', 'lease_lost'))
+        + (SELECT count(*) FROM taken_over
+            WHERE taken_over.job_id = claimed.job_id AND taken_over.outcome = 'lease_lost')
+    ELSE 0 END AS spent_,
+    CASE WHEN claimed.tries > 1 THEN
+        (SELECT count(*) FROM async_job_tries AS t
+            WHERE t.job_id = claimed.job_id AND t.outcome = 'rate_limited')
+    ELSE 0 END AS waits_
 FROM asked
 LEFT JOIN claimed ON claimed.job_id = asked.job_id
 LEFT JOIN async_jobs AS state ON state.job_id = asked.job_id
