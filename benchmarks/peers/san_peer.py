@@ -138,6 +138,7 @@ class SanPeer:
 
     def worker_main(self) -> None:
         from san_common import probes
+        from san_common.cli import run
         from san_common.probes import Readiness
         from san_common.process import serve
         from san_common.settings import load_settings
@@ -164,9 +165,7 @@ class SanPeer:
             finally:
                 await engine.dispose()
 
-        import uvloop
-
-        uvloop.run(main())
+        run("san-bench-worker", main())
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import argparse
 import asyncio
 import socket
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -97,6 +97,14 @@ def describe(exc: BaseException) -> str:
     return " ← ".join(parts)[:500]
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:  # not a platform uvloop supports: asyncio's own loop
+        return None
+    return uvloop.new_event_loop
+
+
 class Unreachable(SystemExit):
     """A dependency could not be reached: one line on stderr, exit code 1."""
 
@@ -110,9 +118,11 @@ class Unreachable(SystemExit):
 
 
 def run(prog: str, main: Coroutine[Any, Any, object]) -> None:
-    """`asyncio.run(main)`; a connection error escaping it ends the process with one line."""
+    """`asyncio.run(main)` on uvloop where it is installed; a connection error escaping it
+    ends the process with one line."""
     try:
-        asyncio.run(main)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(main)
     except CONNECTION_ERRORS as exc:
         print(f"{prog}: lost a connection it needs ({describe(exc)})", file=sys.stderr)
         raise SystemExit(EXIT_UNREACHABLE) from None
