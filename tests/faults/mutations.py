@@ -32,6 +32,7 @@ TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
+GROUP = "tests/faults/test_group_commit.py"
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ MUTATIONS = (
                 "        AsyncJob.status == _PROCESSING,\n        AsyncJob.tries == try_no,\n",
                 "        AsyncJob.status == _PROCESSING,\n",
             ),
+            Edit(REPO, "      AND j.tries = mine.try_no\n", ""),
         ),
         (
             f"{LEASES}::test_a_taken_over_try_changes_nothing_with_any_of_its_writes",
@@ -75,6 +77,11 @@ MUTATIONS = (
                 "                    raise _LeaseLost\n",
                 "await jobs.complete(session, claim.job.job_id, claim.try_no)\n",
             ),
+            Edit(
+                STORE,
+                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "",
+            ),
         ),
         (f"{LEASES}::test_a_late_result_is_rolled_back_and_the_new_try_keeps_the_job",),
     ),
@@ -84,9 +91,9 @@ MUTATIONS = (
         (
             Edit(
                 REPO,
-                "    takeover = processing & (AsyncJob.lease_expires_at < _NOW)\n",
-                "    takeover = processing & (AsyncJob.lease_expires_at < _NOW"
-                " - timedelta(days=36500))\n",
+                "        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now())\n",
+                "        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now()"
+                " - interval '100 years')\n",
             ),
         ),
         (f"{LEASES}::test_a_taken_over_try_changes_nothing_with_any_of_its_writes",),
@@ -122,12 +129,43 @@ MUTATIONS = (
         (
             Edit(
                 REPO,
-                "        .where(AsyncJob.job_id == job_id, or_(due, takeover))\n",
-                "        .where(AsyncJob.job_id == job_id, or_(due, takeover,"
-                " AsyncJob.status == JobStatus.COMPLETED.value))\n",
+                "        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)\n",
+                "        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)\n"
+                "        OR j.status = 'COMPLETED'\n",
             ),
         ),
         (f"{LEASES}::test_a_duplicate_delivered_after_completion_is_skipped",),
+    ),
+    Mutation(
+        "group-lease-unchecked",
+        "a completion batch commits although one of its tries was taken over",
+        (
+            Edit(
+                STORE,
+                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "",
+            ),
+        ),
+        (f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one",),
+    ),
+    Mutation(
+        "group-no-fallback",
+        "a completion batch that cannot commit fails every job in it",
+        (
+            Edit(
+                STORE,
+                "            rest = [i for k, i in enumerate(batch) if k != failed.index]\n",
+                "            return [failed.__cause__ or failed] * len(batch)\n"
+                "            rest = [i for k, i in enumerate(batch) if k != failed.index]\n",
+            ),
+        ),
+        (f"{GROUP}::test_a_batch_with_a_failing_store_fails_only_that_job",),
+    ),
+    Mutation(
+        "abandoned-claim-kept",
+        "a claim whose caller was cancelled mid-statement is kept (nobody runs the job)",
+        (Edit(STORE, "abandoned=self._release_abandoned", "abandoned=None"),),
+        (f"{GROUP}::test_a_claim_whose_caller_is_cancelled_mid_statement_is_released",),
     ),
     Mutation(
         "relay-no-confirms",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -72,7 +72,20 @@ class JobStore(Protocol):
 
 
 class _LeaseLost(Exception):
-    """Raised inside `finish` to roll the handler's writes back."""
+    """Raised inside `finish` to roll the handler's writes back; `held` are the jobs of a
+    batch whose tries still held them."""
+
+    def __init__(self, held: set[uuid.UUID] | None = None) -> None:
+        super().__init__("lease lost")
+        self.held = held or set()
+
+
+class _StoreFailed(Exception):
+    """The `store` of a batch's item `index` raised (its exception is the cause)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"store of batch item {index} failed")
+        self.index = index
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,17 @@ class _Finish:
     claim: Claim
     handler: JobHandler[Any, Any]
     result: Any
+
+    @property
+    def job_id(self) -> uuid.UUID:
+        return self.claim.job.job_id
+
+
+async def _outcome(finishing: Awaitable[bool]) -> bool | BaseException:
+    try:
+        return await finishing
+    except Exception as exc:
+        return exc
 
 
 def _grouped(asks: Sequence[_ClaimAsk]) -> dict[tuple[str, timedelta, bool], list[uuid.UUID]]:
@@ -162,31 +186,41 @@ class SqlJobStore:
         return await self._finishes.submit(_Finish(claim, handler, result))
 
     async def _finish_batch(self, batch: Sequence[_Finish]) -> list[bool | BaseException]:
-        if len(batch) > 1:
-            try:
-                await self._finish_together(batch)
-                return [True] * len(batch)
-            except Exception as exc:
-                if is_connection_loss(exc):
-                    raise  # the outage is every job's: each requeues
-                # One of them failed or lost its try: settle each on its own below.
-        outcomes: list[bool | BaseException] = []
-        for item in batch:
-            try:
-                outcomes.append(await self._finish_one(item))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+        """Each item's outcome: True (stored and COMPLETED), False (its try was taken over;
+        nothing of it committed), or the exception its own `store` raised."""
+        if len(batch) == 1:
+            return [await _outcome(self._finish_one(batch[0]))]
+        try:
+            await self._finish_together(batch)
+            return [True] * len(batch)
+        except _LeaseLost as lost:
+            # Those tries were taken over: False, and their stores are not run again. The
+            # rest rolled back with them, so they go again.
+            again = iter(await self._finish_batch([i for i in batch if i.job_id in lost.held]))
+            return [next(again) if i.job_id in lost.held else False for i in batch]
+        except _StoreFailed as failed:
+            # One handler's store raised: that job alone gets its outcome (its store again,
+            # on its own: the error may have been the batch's, such as two jobs' rows
+            # colliding); the rest go again.
+            rest = [i for k, i in enumerate(batch) if k != failed.index]
+            alone = await _outcome(self._finish_one(batch[failed.index]))
+            again = iter(await self._finish_batch(rest))
+            return [alone if k == failed.index else next(again) for k in range(len(batch))]
 
     async def _finish_together(self, batch: Sequence[_Finish]) -> None:
         async with self._sessions() as session, session.begin():
-            for item in batch:
-                await item.handler.store(session, item.claim.job, item.result)
+            for index, item in enumerate(batch):
+                try:
+                    await item.handler.store(session, item.claim.job, item.result)
+                except Exception as exc:
+                    if is_connection_loss(exc):
+                        raise  # the outage is every job's: each requeues
+                    raise _StoreFailed(index) from exc
             done = await jobs.complete_batch(
-                session, [(item.claim.job.job_id, item.claim.try_no) for item in batch]
+                session, [(item.job_id, item.claim.try_no) for item in batch]
             )
             if len(done) < len(batch):
-                raise _LeaseLost
+                raise _LeaseLost(done)
 
     async def _finish_one(self, item: _Finish) -> bool:
         claim = item.claim

@@ -1,0 +1,184 @@
+"""Group commit (san_common.worker.batching, SqlJobStore): the jobs of one worker that
+claim or complete at the same moment share one statement and one transaction, and still
+each get exactly their own outcome. Real PostgreSQL, no broker. Each test here is the
+catching test of a mutation in `tests/faults/mutations.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import ClassVar
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_common.db.engine import create_engine, create_session_factory
+from san_common.jobs import repository as jobs
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob
+from san_common.worker.store import Claim, SqlJobStore
+from tests.faults.harness import job_rows, seed, try_rows
+from tests.faults.test_leases import LEASE, _expire
+from tests.waiting import eventually
+
+
+class StoreFailed(Exception):
+    pass
+
+
+class WriteAnswer:
+    """SCRAP_REFINE's store without its AI: writes the answer to the scrap, or raises for
+    the scraps in `broken`."""
+
+    job_type: ClassVar[str] = JobType.SCRAP_REFINE
+
+    def __init__(self, broken: frozenset[uuid.UUID] = frozenset()) -> None:
+        self.broken = broken
+
+    async def load(self, session: AsyncSession, job: AsyncJob) -> None:
+        return None
+
+    async def run(self, job: AsyncJob, payload: None) -> str:
+        return f"answer for {job.target_id}"
+
+    async def store(self, session: AsyncSession, job: AsyncJob, result: str) -> None:
+        await session.execute(
+            text("UPDATE scraps SET refined_content = :r WHERE id = :id"),
+            {"r": result, "id": job.target_id},
+        )
+        if job.target_id in self.broken:
+            raise StoreFailed(f"store of {job.target_id} failed")
+
+
+@pytest.fixture
+async def sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_engine(fresh_db_url, pool_size=5, hot_path=True)
+    try:
+        yield create_session_factory(engine)
+    finally:
+        await engine.dispose()
+
+
+async def _refined(
+    sessions: async_sessionmaker[AsyncSession], scrap_ids: list[uuid.UUID]
+) -> list[str | None]:
+    async with sessions() as session:
+        rows = dict(
+            (
+                await session.execute(
+                    text("SELECT id, refined_content FROM scraps WHERE id = ANY(:ids)"),
+                    {"ids": scrap_ids},
+                )
+            ).all()
+        )
+    return [rows[i] for i in scrap_ids]
+
+
+async def _claim_all(store: SqlJobStore, job_ids: list[uuid.UUID], worker: str) -> list[Claim]:
+    got = await asyncio.gather(*(store.claim(j, worker, LEASE, reclaim_own=True) for j in job_ids))
+    assert all(isinstance(c, Claim) for c in got), got
+    return [c for c in got if isinstance(c, Claim)]
+
+
+async def test_claims_asked_together_are_one_statement_each_with_its_own_try(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    seeded = await seed(sessions, 5, [JobType.SCRAP_REFINE], label="group")
+    store = SqlJobStore(sessions)
+    claims = await _claim_all(store, seeded.job_ids, "w-group")
+
+    assert [c.try_no for c in claims] == [1] * 5
+    rows = await job_rows(sessions, seeded.job_ids)
+    assert {r["status"] for r in rows.values()} == {"PROCESSING"}
+    # one statement: one transaction timestamp for the five claims
+    assert len({r["started_at"] for r in rows.values()}) == 1
+    tries = await try_rows(sessions, seeded.job_ids)
+    assert sorted((t["job_id"], t["try_no"], t["outcome"]) for t in tries) == sorted(
+        (str(j), 1, None) for j in seeded.job_ids
+    )
+
+
+async def test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    seeded = await seed(sessions, 3, [JobType.SCRAP_REFINE], label="group")
+    store = SqlJobStore(sessions)
+    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    lost = seeded.job_ids[1]
+    await _expire(sessions, lost)
+    async with sessions() as session, session.begin():
+        assert await jobs.claim(session, lost, "w-other", LEASE) is not None
+
+    handler = WriteAnswer()
+    finished = await asyncio.gather(
+        *(store.finish(c, handler, f"answer {i}") for i, c in enumerate(claims))
+    )
+
+    assert finished == [True, False, True]
+    assert await _refined(sessions, seeded.scrap_ids) == ["answer 0", None, "answer 2"]
+    rows = await job_rows(sessions, seeded.job_ids)
+    assert [rows[j]["status"] for j in seeded.job_ids] == ["COMPLETED", "PROCESSING", "COMPLETED"]
+    assert (rows[lost]["tries"], rows[lost]["worker_id"]) == (2, "w-other")
+
+
+async def test_a_batch_with_a_failing_store_fails_only_that_job(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    seeded = await seed(sessions, 3, [JobType.SCRAP_REFINE], label="group")
+    store = SqlJobStore(sessions)
+    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    handler = WriteAnswer(broken=frozenset({seeded.scrap_ids[2]}))
+
+    finished = await asyncio.gather(
+        *(store.finish(c, handler, f"answer {i}") for i, c in enumerate(claims)),
+        return_exceptions=True,
+    )
+
+    assert finished[:2] == [True, True]
+    assert isinstance(finished[2], StoreFailed)
+    assert await _refined(sessions, seeded.scrap_ids) == ["answer 0", "answer 1", None]
+    rows = await job_rows(sessions, seeded.job_ids)
+    assert [rows[j]["status"] for j in seeded.job_ids] == ["COMPLETED", "COMPLETED", "PROCESSING"]
+
+
+async def test_a_claim_whose_caller_is_cancelled_mid_statement_is_released(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """Shutdown cancels a job while its batch's claim is in the database: the claim still
+    commits, and nobody would run the job until its lease ran out — so it is released."""
+    seeded = await seed(sessions, 1, [JobType.SCRAP_REFINE], label="group")
+    (job_id,) = seeded.job_ids
+    store = SqlJobStore(sessions)
+    async with sessions() as blocker:
+        await blocker.begin()
+        # hold the job row: the claim's UPDATE waits for this transaction
+        await blocker.execute(
+            text("SELECT 1 FROM async_jobs WHERE job_id = :id FOR UPDATE"), {"id": job_id}
+        )
+        claiming = asyncio.create_task(store.claim(job_id, "w-cancel", LEASE, reclaim_own=True))
+
+        async def claim_waits_on_the_row() -> bool:
+            async with sessions() as session:
+                waiting = await session.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%claimed AS%'"
+                    )
+                )
+            return bool(waiting)
+
+        await eventually(claim_waits_on_the_row, within=20, what="the claim waits on the held row")
+        claiming.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await claiming
+        await blocker.rollback()
+
+    async def released() -> bool:
+        row = (await job_rows(sessions, [job_id]))[job_id]
+        return row["status"] == "PENDING"
+
+    await eventually(released, within=20, what="the abandoned claim released")
+    tries = await try_rows(sessions, [job_id])
+    assert [(t["try_no"], t["outcome"]) for t in tries] == [(1, "released")]
