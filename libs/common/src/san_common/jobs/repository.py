@@ -253,13 +253,33 @@ async def spent_tries(session: AsyncSession, job_id: uuid.UUID) -> int:
     return int(count or 0)
 
 
+_EXTEND_LEASES = """
+UPDATE async_jobs AS j
+SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+FROM unnest($1::uuid[], $2::integer[]) AS mine(job_id, try_no)
+WHERE j.job_id = mine.job_id AND j.status = 'PROCESSING' AND j.tries = mine.try_no
+RETURNING j.job_id
+"""
+
+
+async def extend_leases(
+    connection: AsyncConnection, tries: Sequence[tuple[uuid.UUID, int]], lease: timedelta
+) -> set[uuid.UUID]:
+    """A new lease for each (job, try) whose try still holds the job, in one statement;
+    returns those job ids (the worker's heartbeat, for every job it runs at once)."""
+    if not tries:
+        return set()
+    rows = await connection.exec_driver_sql(
+        _EXTEND_LEASES,
+        ([job_id for job_id, _ in tries], [no for _, no in tries], lease.total_seconds()),
+    )
+    return {job_id for (job_id,) in rows}
+
+
 async def extend_lease(
     session: AsyncSession, job_id: uuid.UUID, try_no: int, lease: timedelta
 ) -> bool:
-    result = await session.execute(
-        _owned(job_id, try_no).values(lease_expires_at=_NOW + lease, updated_at=_NOW)
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return job_id in await extend_leases(await session.connection(), [(job_id, try_no)], lease)
 
 
 async def complete_batch(

@@ -52,6 +52,7 @@ from san_common.jobs.repository import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
 from san_common.retry import ROUND_BACKOFF, GiveUp, Retry, RetryPolicy
 from san_common.worker.handler import JobHandler
+from san_common.worker.leases import LeaseKeeper
 from san_common.worker.store import Claim, JobStore
 
 log = logging.getLogger("san_common.worker")
@@ -171,6 +172,7 @@ class Executor:
         self._config = config
         self._policy = config.retry_policy()
         self._lease = timedelta(seconds=config.lease_seconds)
+        self._leases = LeaseKeeper(store, self._lease, config.heartbeat_seconds)
         self._middleware = tuple(middleware)
         self.worker_id = worker_id
         # Jobs this process is running now, each with the event set when its delivery ends.
@@ -291,7 +293,7 @@ class Executor:
                 ),
                 Stage.WORKER,
             )
-        heartbeat = asyncio.create_task(self._heartbeat(claim))
+        self._leases.hold(claim)
         try:
             try:
                 payload = await self._store.load(claim, handler)
@@ -315,9 +317,7 @@ class Executor:
                 return self._lease_lost(context)
             return Outcome.COMPLETED
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            self._leases.release(claim)
 
     async def _failed(
         self, context: JobContext, claim: Claim, exc: BaseException, stage: str
@@ -355,17 +355,6 @@ class Executor:
     def _lease_lost(self, context: JobContext) -> Outcome:
         log.warning("lease lost to another worker; this try's writes changed nothing")
         return Outcome.LEASE_LOST
-
-    async def _heartbeat(self, claim: Claim) -> None:
-        interval = self._config.heartbeat_seconds
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                if not await self._store.extend(claim, self._lease):
-                    log.warning("heartbeat found the job taken over; its result will not count")
-                    return
-            except Exception as exc:  # a missed beat is survivable; the next one may get through
-                _log_failure(log.warning, "heartbeat failed", exc)
 
     # -- giving back --------------------------------------------------------------------------
 

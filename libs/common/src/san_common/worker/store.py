@@ -148,6 +148,9 @@ class SqlJobStore:
             self._claim_batch, max_size=max_batch, abandoned=self._release_abandoned
         )
         self._finishes: Batcher[_Finish, bool] = Batcher(self._finish_batch, max_size=max_batch)
+        self._extends: Batcher[tuple[Claim, timedelta], bool] = Batcher(
+            self._extend_batch, max_size=max_batch
+        )
 
     async def claim(
         self, job_id: uuid.UUID, worker_id: str, lease: timedelta, *, reclaim_own: bool
@@ -274,8 +277,18 @@ class SqlJobStore:
             return True
 
     async def extend(self, claim: Claim, lease: timedelta) -> bool:
-        async with self._sessions() as session, session.begin():
-            return await jobs.extend_lease(session, claim.job.job_id, claim.try_no, lease)
+        return await self._extends.submit((claim, lease))
+
+    async def _extend_batch(self, asks: Sequence[tuple[Claim, timedelta]]) -> list[bool]:
+        held: set[uuid.UUID] = set()
+        async with self._engine.connect() as connection:
+            connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            by_lease: dict[timedelta, list[tuple[uuid.UUID, int]]] = {}
+            for claim, lease in asks:
+                by_lease.setdefault(lease, []).append((claim.job.job_id, claim.try_no))
+            for lease, tries in by_lease.items():
+                held |= await jobs.extend_leases(connection, tries, lease)
+        return [claim.job.job_id in held for claim, _ in asks]
 
     async def defer(self, job_id: uuid.UUID, at: datetime) -> bool:
         async with self._sessions() as session, session.begin():
