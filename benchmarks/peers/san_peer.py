@@ -58,6 +58,11 @@ def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
         "AMQP_PREFIX": PREFIX,
         "SAN_ENV": "development",
         "DATA_DIR": os.environ.get("BENCH_LOG_DIR", "/tmp"),
+        # Jobs at once in the worker process. SAN's default (10) suits AI calls of seconds;
+        # for no-op jobs a user raises it, as the Celery driver raises its prefetch
+        # multiplier: the runtime's group commit shares each statement among the jobs in
+        # flight (docs/performance.md has the figures at 10 too).
+        "WORKER_PREFETCH": os.environ.get("BENCH_SAN_PREFETCH", "50"),
     }
 
 

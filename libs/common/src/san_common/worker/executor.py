@@ -302,9 +302,9 @@ class Executor:
                     raise _Outage(exc) from exc
                 return await self._failed(context, claim, exc, Stage.LOAD)
             try:
-                result = await asyncio.wait_for(
-                    handler.run(claim.job, payload), self._timeout(claim.job.job_type)
-                )
+                # `timeout`, not `wait_for`: no task of its own per job
+                async with asyncio.timeout(self._timeout(claim.job.job_type)):
+                    result = await handler.run(claim.job, payload)
             except Exception as exc:  # the external call's failure, whatever its class
                 return await self._failed(context, claim, exc, Stage.CALL)
             try:
