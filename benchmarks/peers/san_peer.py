@@ -99,7 +99,7 @@ class SanPeer:
             "RETURNING id"
         )
         await _fresh_topology(self.amqp_url)
-        self._engine = create_engine(self.database_url, pool_size=2)
+        self._engine = create_engine(self.database_url, pool_size=2, hot_path=True)
         self._sessions = create_session_factory(self._engine)
         relay = Path(sys.executable).with_name("san-relay")
         self._relay = spawn([str(relay)], env=_service_env(self.database_url, self.amqp_url))

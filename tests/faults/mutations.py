@@ -201,8 +201,8 @@ MUTATIONS = (
             ),
             Edit(
                 "libs/common/src/san_common/jobs/registration.py",
-                "index_where=text(\"status IN ('PENDING', 'PROCESSING')\")",
-                "index_where=text(\"status IN ('PENDING')\")",
+                "ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING')",
+                "ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING')",
             ),
         ),
         (

@@ -21,15 +21,12 @@ async def add_job_message(
 ) -> JobMessage:
     """A new message (new `message_id`) for `job`, published when `available_at` has come
     (now when None). The routing key is the job type; queues are bound by job type."""
-    message = JobMessage(
-        message_id=uuid.uuid4(),
+    message = new_job_message(
         job_id=job.job_id,
         job_type=job.job_type,
         target_id=job.target_id,
         user_id=job.user_id,
         attempt=job.attempt,
-        created_at=datetime.now(UTC),
-        **current_trace_context(),
     )
     values: dict[str, object] = {
         "message_id": message.message_id,
@@ -42,3 +39,19 @@ async def add_job_message(
         values["available_at"] = available_at
     await session.execute(insert(OutboxMessage).values(**values))
     return message
+
+
+def new_job_message(
+    *, job_id: uuid.UUID, job_type: str, target_id: uuid.UUID, user_id: uuid.UUID, attempt: int
+) -> JobMessage:
+    """A new message (new `message_id`) for a job, carrying the current trace context."""
+    return JobMessage(
+        message_id=uuid.uuid4(),
+        job_id=job_id,
+        job_type=job_type,
+        target_id=target_id,
+        user_id=user_id,
+        attempt=attempt,
+        created_at=datetime.now(UTC),
+        **current_trace_context(),
+    )

@@ -12,12 +12,11 @@ import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import select, text
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from san_common import metrics
 from san_common.jobs import registry
-from san_common.jobs.outbox import JOBS_EXCHANGE, add_job_message
+from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
 from san_common.jobs.types import ACTIVE_STATUSES
 from san_common.models import AsyncJob
 
@@ -98,29 +97,11 @@ async def register_job_in_transaction(
         )
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    job_id = uuid.uuid4()
-    job = await session.scalar(
-        insert(AsyncJob)
-        .values(
-            job_id=job_id,
-            job_type=str(job_type),
-            target_id=target_id,
-            user_id=user_id,
-            attempt=attempt,
-        )
-        .on_conflict_do_nothing(
-            index_elements=["target_id", "job_type"],
-            index_where=text("status IN ('PENDING', 'PROCESSING')"),
-        )
-        .returning(AsyncJob)
-    )
-    if job is None:
-        raise DuplicateActiveJob(job_type, target_id)
-    message = await add_job_message(session, job)
+    registered = await _insert(await session.connection(), job_type, target_id, user_id, attempt)
     # Counted when added to the transaction: a caller that rolls back afterwards (rare:
     # the caller's own later failure) is counted too.
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
-    return RegisteredJob(job_id, job_type, target_id, message.message_id)
+    return registered
 
 
 async def register_job(
@@ -132,10 +113,69 @@ async def register_job(
     attempt: int = 1,
 ) -> RegisteredJob:
     """Register a job in a transaction of its own and commit it."""
-    async with session_factory() as session, session.begin():
-        return await register_job_in_transaction(
-            session, job_type=job_type, target_id=target_id, user_id=user_id, attempt=attempt
-        )
+    if registry.spec_for(job_type).user_lock is not None:  # lock, check, insert: together
+        async with session_factory() as session, session.begin():
+            return await register_job_in_transaction(
+                session, job_type=job_type, target_id=target_id, user_id=user_id, attempt=attempt
+            )
+    engine = session_factory.kw["bind"]
+    assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
+    # One statement is the whole registration: atomic without a transaction around it.
+    async with engine.connect() as connection:
+        connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+        registered = await _insert(connection, job_type, target_id, user_id, attempt)
+    metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
+    return registered
+
+
+# The job row and its outbox message in one statement (one round trip). A target that
+# already has an active job of the type inserts nothing: the partial unique index's
+# conflict is skipped (never raised, so the caller's transaction stays usable), and with
+# no job row there is no message either.
+_REGISTER = """
+WITH job AS (
+    INSERT INTO async_jobs (job_id, job_type, target_id, user_id, attempt)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING') DO NOTHING
+    RETURNING job_id
+)
+INSERT INTO outbox_messages (message_id, exchange, routing_key, body, headers)
+SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb FROM job
+RETURNING id
+"""
+
+
+async def _insert(
+    connection: AsyncConnection,
+    job_type: str,
+    target_id: uuid.UUID,
+    user_id: uuid.UUID,
+    attempt: int,
+) -> RegisteredJob:
+    registry.spec_for(job_type)  # an unknown job type is refused before anything is written
+    message = new_job_message(
+        job_id=uuid.uuid4(),
+        job_type=str(job_type),
+        target_id=target_id,
+        user_id=user_id,
+        attempt=attempt,
+    )
+    result = await connection.exec_driver_sql(
+        _REGISTER,
+        (
+            message.job_id,
+            message.job_type,
+            target_id,
+            user_id,
+            attempt,
+            message.message_id,
+            JOBS_EXCHANGE,
+            message.model_dump_json(),
+        ),
+    )
+    if result.first() is None:
+        raise DuplicateActiveJob(job_type, target_id)
+    return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
 
 
 async def lock_user(session: AsyncSession, namespace: str, user_id: uuid.UUID) -> None:
