@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -39,9 +38,9 @@ from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
 from san_common.cli import describe
 from san_common.db.engine import plain_url
-from san_common.models import OutboxMessage
 from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
+from san_relay.repository import Pending
 from san_relay.rescuer import LeaseRescuer
 from san_relay.settings import RelaySettings
 
@@ -173,23 +172,24 @@ class Relay:
         return len(confirmed)
 
     async def _publish(
-        self, channel: AbstractChannel, rows: Sequence[OutboxMessage]
+        self, channel: AbstractChannel, rows: Sequence[Pending]
     ) -> tuple[list[int], str | None]:
         """The ids the broker confirmed, and the first failure's description (the round's
         one warning names it; a line per message would flood the log in an outage)."""
 
-        async def publish(row: OutboxMessage) -> int:
+        async def publish(row: Pending) -> int:
             exchange = await self._exchange(channel, row.exchange)
+            envelope_trace = _trace_headers(row)
             # The publish span continues the registering request's trace (the envelope's
             # traceparent); the worker continues from this span (the message headers).
             with tracing.span(
                 f"publish {row.routing_key}",
                 kind="producer",
-                parent=row.body,
+                parent=envelope_trace,
                 attributes={"messaging.message.id": str(row.message_id)},
             ):
                 message = aio_pika.Message(
-                    body=json.dumps(row.body, separators=(",", ":")).encode(),
+                    body=row.body,
                     content_type="application/json",
                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                     message_id=str(row.message_id),
@@ -197,7 +197,7 @@ class Relay:
                     type=row.routing_key,
                     headers={
                         **row.headers,
-                        **_trace_headers(row.body),
+                        **envelope_trace,
                         **tracing.current_trace_context(),
                     },
                 )
@@ -310,5 +310,6 @@ class Relay:
             metrics.QUEUE_MESSAGES.labels(name).set(queue.declaration_result.message_count or 0)
 
 
-def _trace_headers(body: dict[str, object]) -> dict[str, str]:
-    return {k: str(body[k]) for k in ("traceparent", "tracestate") if body.get(k)}
+def _trace_headers(row: Pending) -> dict[str, str]:
+    found = {"traceparent": row.traceparent, "tracestate": row.tracestate}
+    return {k: v for k, v in found.items() if v}
