@@ -99,7 +99,7 @@ class SanPeer:
             "RETURNING id"
         )
         await _fresh_topology(self.amqp_url)
-        self._engine = create_engine(self.database_url, pool_size=2, hot_path=True)
+        self._engine = create_engine(self.database_url, pool_size=2, pre_ping=False)
         self._sessions = create_session_factory(self._engine)
         relay = Path(sys.executable).with_name("san-relay")
         self._relay = spawn([str(relay)], env=_service_env(self.database_url, self.amqp_url))
@@ -154,7 +154,10 @@ class SanPeer:
 
         async def main() -> None:
             engine = create_engine(
-                settings.database_url, pool_size=settings.worker_prefetch + 2, hot_path=True
+                settings.database_url,
+                pool_size=settings.worker_prefetch + 2,
+                pre_ping=False,
+                generic_plans=True,
             )
             runtime = WorkerRuntime(
                 session_factory=create_session_factory(engine),

@@ -54,7 +54,7 @@ class WriteAnswer:
 
 @pytest.fixture
 async def sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(fresh_db_url, pool_size=5, hot_path=True)
+    engine = create_engine(fresh_db_url, pool_size=5, pre_ping=False, generic_plans=True)
     try:
         yield create_session_factory(engine)
     finally:
@@ -164,7 +164,7 @@ async def test_a_claim_whose_caller_is_cancelled_mid_statement_is_released(
                 waiting = await session.scalar(
                     text(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%claimed AS%'"
+                        " AND query LIKE '%claimed AS%' AND datname = current_database()"
                     )
                 )
             return bool(waiting)

@@ -25,7 +25,10 @@ PROG = "san-ai-worker"
 
 async def amain(settings: AiWorkerSettings) -> None:
     engine = create_engine(
-        settings.database_url, pool_size=settings.worker_prefetch + 2, hot_path=True
+        settings.database_url,
+        pool_size=settings.worker_prefetch + 2,
+        pre_ping=False,
+        generic_plans=True,
     )
     ai = build_provider(
         settings.ai_provider,

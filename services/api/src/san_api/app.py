@@ -42,7 +42,8 @@ from san_common.probes import Readiness
 def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url, pool_size=10)
+        # no pre-ping: three round trips per request; a dead connection is one 503 (the edge)
+        engine = create_engine(settings.database_url, pool_size=10, pre_ping=False)
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         app.state.github = GithubServices.from_settings(settings)

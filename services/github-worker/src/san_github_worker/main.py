@@ -26,7 +26,10 @@ PROG = "san-github-worker"
 async def amain(settings: GithubWorkerSettings) -> None:
     # Each in-flight job may hold one connection for its per-user lock besides its queries.
     engine = create_engine(
-        settings.database_url, pool_size=2 * settings.worker_prefetch + 2, hot_path=True
+        settings.database_url,
+        pool_size=2 * settings.worker_prefetch + 2,
+        pre_ping=False,
+        generic_plans=True,
     )
     github = settings.github_client()
     runtime = WorkerRuntime(

@@ -22,8 +22,8 @@ PROG = "san-relay"
 
 
 async def amain(settings: RelaySettings) -> None:
-    # hot path: a pre-ping per round cost three round trips; a failed round is retried
-    engine = create_engine(settings.database_url, pool_size=4, hot_path=True)
+    # a pre-ping per round cost three round trips; a failed round is retried anyway
+    engine = create_engine(settings.database_url, pool_size=4, pre_ping=False)
     try:
         await require_database(PROG, engine, settings.database_url)
         await require_broker(PROG, settings.amqp_url)

@@ -26,28 +26,35 @@ def plain_url(url: str) -> str:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 10, echo: bool = False, hot_path: bool = False
+    url: str,
+    *,
+    pool_size: int = 10,
+    echo: bool = False,
+    pre_ping: bool = True,
+    generic_plans: bool = False,
 ) -> AsyncEngine:
-    """`hot_path=True` is for the workers, whose claim and completion statements run
-    hundreds of times a second (docs/performance.md):
+    """The hot paths (the workers' claims and completions, the relay's rounds, the API's
+    requests) turn the first two defaults off (docs/performance.md):
 
-    - no pre-ping: with asyncpg it is three round trips per checkout (BEGIN, `;`,
-      ROLLBACK), more than a claim itself. A worker loses nothing without it: a connection
-      that died is an outage to the runtime (the job is released and requeued), and
+    - `pre_ping=False`: with asyncpg a pre-ping is three round trips per checkout (BEGIN,
+      `;`, ROLLBACK), more than a claim itself. Nothing is lost without it: a connection
+      that died fails its first statement, which the runtime treats as an outage (the job
+      is released and requeued), the relay as a failed round and the API as a 503 — and
       SQLAlchemy then invalidates the whole pool at once;
-    - generic plans for prepared statements: PostgreSQL re-plans the claim's WITH
-      statement for every batch otherwise (its array parameter makes a custom plan look
-      cheaper), and planning cost more than running it. The workers' other statements are
-      key lookups, which a generic plan serves as well."""
+    - `generic_plans=True` (the workers): PostgreSQL re-plans the claim's WITH statement for
+      every batch otherwise (its array parameter makes a custom plan look cheaper), and
+      planning cost more than running it. The workers' other statements are key lookups,
+      which a generic plan serves as well.
+    """
     if not url:
         raise ValueError("DATABASE_URL is empty: start the local launcher or set DATABASE_URL")
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=not hot_path,
+        pool_pre_ping=pre_ping,
         connect_args=(
-            {"server_settings": {"plan_cache_mode": "force_generic_plan"}} if hot_path else {}
+            {"server_settings": {"plan_cache_mode": "force_generic_plan"}} if generic_plans else {}
         ),
         echo=echo,
     )
