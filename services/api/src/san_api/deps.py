@@ -35,7 +35,8 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
             await session.commit()
 
 
-def get_settings(request: Request) -> ApiSettings:
+async def get_settings(request: Request) -> ApiSettings:
+    # async: FastAPI runs a plain `def` dependency in a worker thread, for every request
     settings: ApiSettings = request.app.state.settings
     return settings
 

@@ -44,7 +44,7 @@ class GithubServices:
         await self.oauth.aclose()
 
 
-def get_github(request: Request) -> GithubServices:
+async def get_github(request: Request) -> GithubServices:
     services: GithubServices = request.app.state.github
     return services
 

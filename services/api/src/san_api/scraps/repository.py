@@ -3,7 +3,6 @@ from __future__ import annotations
 import uuid
 
 from sqlalchemy import exists, select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.models import KnowledgeCard, Scrap
@@ -17,12 +16,19 @@ async def insert_if_absent(
     Concurrent identical inserts serialize on the unique index: the loser waits for the
     winner's commit and then sees the conflict.
     """
-    return await session.scalar(
-        insert(Scrap)
-        .values(user_id=user_id, content=content, content_hash=content_hash)
-        .on_conflict_do_nothing(index_elements=["user_id", "content_hash"])
-        .returning(Scrap.id)
-    )
+    connection = await session.connection()
+    result = await connection.exec_driver_sql(_INSERT_IF_ABSENT, (user_id, content, content_hash))
+    scrap_id: uuid.UUID | None = result.scalar()
+    return scrap_id
+
+
+# Written as SQL, prepared once per connection: the ORM's insert machinery cost more of a
+# `POST /scraps` than the statement did (docs/performance.md).
+_INSERT_IF_ABSENT = """
+INSERT INTO scraps (user_id, content, content_hash) VALUES ($1, $2, $3)
+ON CONFLICT (user_id, content_hash) DO NOTHING
+RETURNING id
+"""
 
 
 async def find_by_hash(
