@@ -229,6 +229,47 @@ async def test_the_two_413_answers_have_one_title(db_url: str, amqp_url: str) ->
     assert declared.json()["code"] == streamed.json()["code"] == "CONTENT_TOO_LARGE"
 
 
+async def test_a_request_head_over_the_header_limit_is_refused_and_a_body_is_not_its_head(
+    db_url: str, amqp_url: str
+) -> None:
+    limit = 4096
+    settings = api_settings(db_url, amqp_url, http_max_header_bytes=limit, request_max_bytes=65536)
+    user = _bearer("head-" + uuid.uuid4().hex)
+    async with served(settings) as url:
+        # just under the limit, with a body far over it in the same write: 200s on one
+        # connection, twice (the count starts again for the next request)
+        connection = await Connection.open(url)
+        try:
+            padding = {"X-Pad": "p" * (limit - 600)}
+            body = json.dumps({"content": "b" * 20_000}).encode()
+            for _ in range(2):
+                saved = await connection.request(
+                    "POST", "/scraps", {**user, **padding, "Content-Type": "application/json"}, body
+                )
+                assert saved.status == 202, saved.body
+                assert (await connection.request("GET", "/me", {**user, **padding})).status == 200
+        finally:
+            await connection.aclose()
+
+        # over it: unfinished in one write, unfinished dripped in small writes (the head
+        # grows across reads), and complete with a body in one write
+        complete = "\r\nContent-Length: 2\r\n\r\n{}"
+        for pieces, end in ((1, ""), (64, ""), (1, complete)):
+            over = await Connection.open(url)
+            try:
+                pad = "p" * (limit + 100)
+                head = f"POST /me HTTP/1.1\r\nHost: api\r\nX-Pad: {pad}{end}".encode()
+                step = -(-len(head) // pieces)
+                for at in range(0, len(head), step):
+                    over.writer.write(head[at : at + step])
+                    await over.writer.drain()
+                answer = await asyncio.wait_for(over.reader.read(), 30)
+                assert answer.startswith(b"HTTP/1.1 400"), (pieces, answer[:200])
+                assert await over.closed_by_server()
+            finally:
+                await over.aclose()
+
+
 async def test_connections_beyond_the_cap_are_refused_with_503(db_url: str, amqp_url: str) -> None:
     settings = api_settings(db_url, amqp_url, http_max_connections=3)
     async with served(settings) as url:

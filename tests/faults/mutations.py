@@ -30,6 +30,7 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
+EDGE = "services/api/src/san_api/edge.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
@@ -230,6 +231,18 @@ MUTATIONS = (
         "delivery limit removed from the job queues",
         (Edit(TOPOLOGY, '        "x-delivery-limit": DELIVERY_LIMIT,\n', ""),),
         (f"{GUARDS}::test_a_message_requeued_past_the_delivery_limit_is_dead_lettered",),
+    ),
+    Mutation(
+        "edge-no-head-limit",
+        "the API's request-head limit removed (httptools buffers any header)",
+        (
+            Edit(EDGE, 'raise ValueError("request head too large")', "pass"),
+            Edit(EDGE, 'self.send_400_response("Request headers too large.")', "pass"),
+        ),
+        (
+            "tests/api/test_edge.py::"
+            "test_a_request_head_over_the_header_limit_is_refused_and_a_body_is_not_its_head",
+        ),
     ),
 )
 

@@ -22,8 +22,11 @@ PROG = "san-relay"
 
 
 async def amain(settings: RelaySettings) -> None:
-    # a pre-ping per round cost three round trips; a failed round is retried anyway
-    engine = create_engine(settings.database_url, pool_size=4, pre_ping=False)
+    # a pre-ping per round cost three round trips; a failed round is retried anyway. One
+    # connection per round in flight, and three for the rescuer, cleaner and observer.
+    engine = create_engine(
+        settings.database_url, pool_size=settings.relay_rounds_in_flight + 3, pre_ping=False
+    )
     try:
         await require_database(PROG, engine, settings.database_url)
         await require_broker(PROG, settings.amqp_url)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.models import OutboxMessage
@@ -71,11 +71,15 @@ async def seconds_until_next_due(session: AsyncSession) -> float | None:
     return None if seconds is None else max(0.0, float(seconds))
 
 
+_MARK = "UPDATE outbox_messages SET published_at = now() WHERE id = ANY($1::bigint[])"
+
+
 async def mark_published(session: AsyncSession, ids: Sequence[int]) -> None:
+    # one prepared statement whatever the batch size (an ORM IN-list update was compiled
+    # afresh for every round and size)
     if ids:
-        await session.execute(
-            update(OutboxMessage).where(OutboxMessage.id.in_(ids)).values(published_at=func.now())
-        )
+        connection = await session.connection()
+        await connection.exec_driver_sql(_MARK, (list(ids),))
 
 
 async def delete_published_before(session: AsyncSession, retention: timedelta, limit: int) -> int:

@@ -11,6 +11,12 @@ class RelaySettings(ServiceSettings):
     reported_prefixes: ClassVar[tuple[str, ...]] = ("RELAY_", "OUTBOX_")
     service_name: str = "relay"
     relay_batch_size: int = Field(default=200, ge=1, le=5000)
+    relay_rounds_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Rounds at once: one claims and publishes while another awaits confirms",
+    )
     relay_poll_seconds: float = Field(
         default=2.0, gt=0, description="Fallback poll interval when no NOTIFY arrives"
     )
