@@ -67,6 +67,7 @@ class Relay:
         self._exchanges: set[str] = set()
         self._listener: asyncpg.Connection | None = None
         self._listening = asyncio.Lock()
+        self._backlog = asyncio.Event()  # a round found a full batch: the others join in
         self.ready = asyncio.Event()
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
@@ -97,12 +98,14 @@ class Relay:
             self._connection, self._channel = connection, channel
             self.ready.set()
             log.info("relay running")
-            # Rounds overlap: while one waits for its batch's confirms, the next claims and
-            # publishes its own (SKIP LOCKED keeps the batches disjoint), so the broker is
-            # never idle during a round's claim, mark and commit.
+            # Under a backlog, rounds overlap: while one waits for its batch's confirms, the
+            # next claims and publishes its own (SKIP LOCKED keeps the batches disjoint), so
+            # the broker is never idle during a round's claim, mark and commit. Only the
+            # first round wakes on NOTIFY; the others join it when it finds a full batch,
+            # so a lone message is not raced for by every round.
             rounds = [
-                asyncio.create_task(self._publish_rounds(stop, channel))
-                for _ in range(self._settings.relay_rounds_in_flight)
+                asyncio.create_task(self._publish_rounds(stop, channel, leader=n == 0))
+                for n in range(self._settings.relay_rounds_in_flight)
             ]
             await asyncio.gather(*rounds)
         finally:
@@ -115,7 +118,9 @@ class Relay:
             await connection.close()
             log.info("relay stopped")
 
-    async def _publish_rounds(self, stop: asyncio.Event, channel: AbstractChannel) -> None:
+    async def _publish_rounds(
+        self, stop: asyncio.Event, channel: AbstractChannel, *, leader: bool
+    ) -> None:
         failures = 0
         while not stop.is_set():
             try:
@@ -142,8 +147,12 @@ class Relay:
                     await asyncio.wait_for(stop.wait(), delay)
                 continue
             failures = 0
-            if published < self._settings.relay_batch_size:
+            if published >= self._settings.relay_batch_size:
+                self._backlog.set()  # more where this came from: the other rounds join
+            elif leader:
                 await self._sleep(stop)
+            else:
+                await self._wait_for_backlog(stop)
 
     async def open_channel(self, connection: AbstractConnection) -> AbstractChannel:
         """The publishing channel: publisher confirms (a row is marked published only once
@@ -259,6 +268,17 @@ class Relay:
         # Waking on the loss makes the next round listen again (and catch up by polling).
         connection.add_termination_listener(lambda *_: self._wakeup.set())
         self._listener = connection
+
+    async def _wait_for_backlog(self, stop: asyncio.Event) -> None:
+        # A full batch found after this clear sets it again; one set before it is lost,
+        # which costs at most one round of overlap (the leader sets it every full batch).
+        self._backlog.clear()
+        waiters = [asyncio.ensure_future(self._backlog.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         timeout = self._settings.relay_poll_seconds
