@@ -233,6 +233,15 @@ MUTATIONS = (
         (f"{GUARDS}::test_a_message_requeued_past_the_delivery_limit_is_dead_lettered",),
     ),
     Mutation(
+        "relay-rounds-never-overlap",
+        "the relay's follower rounds never join the leader under a backlog",
+        (Edit(RELAY, "                self._backlog.set()", "                pass"),),
+        (
+            "tests/relay/test_relay.py::"
+            "test_under_a_backlog_rounds_overlap_and_publish_each_row_once[2]",
+        ),
+    ),
+    Mutation(
         "edge-no-head-limit",
         "the API's request-head limit removed (httptools buffers any header)",
         (

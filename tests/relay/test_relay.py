@@ -113,6 +113,67 @@ async def test_wakes_on_notify_without_waiting_for_the_poll(
         await task
 
 
+@pytest.mark.parametrize("rounds", [1, 2])
+async def test_under_a_backlog_rounds_overlap_and_publish_each_row_once(
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+    rounds: int,
+) -> None:
+    relay = make_relay(
+        fresh_db_url,
+        amqp_url,
+        topology,
+        fresh_sessions,
+        relay_batch_size=20,
+        relay_rounds_in_flight=rounds,
+        relay_poll_seconds=3600,  # only NOTIFY wakes a round
+    )
+    in_flight = most = started = 0
+    real_round = relay.publish_once
+
+    async def watched_round(channel: AbstractChannel) -> int:
+        nonlocal in_flight, most, started
+        in_flight += 1
+        started += 1
+        most = max(most, in_flight)
+        try:
+            return await real_round(channel)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(relay, "publish_once", watched_round)
+    stop = asyncio.Event()
+    task = asyncio.create_task(relay.run(stop))
+    try:
+
+        async def idle() -> bool:  # each round has run (at start-up: its empty claim), none runs
+            return relay.ready.is_set() and most == rounds and in_flight == 0
+
+        await eventually(idle, within=20, what="the rounds' first claims")
+        most = 0
+        job_ids = await register_many(fresh_sessions, 400)  # 20 batches, one NOTIFY
+        await eventually(lambda: _zero(fresh_sessions), within=60, what="the backlog published")
+        queue = topology.queue_name(JobType.CARD_ANALYSIS)
+        bodies = await _queue_messages(amqp_url, queue, 400)
+        await eventually(idle, within=20, what="the rounds back to waiting")
+        # the followers joined the leader while the backlog lasted, and never more rounds
+        assert most == rounds
+        assert sorted(str(b["job_id"]) for b in bodies) == sorted(str(j) for j in job_ids)
+
+        # a lone message wakes the leader alone: one round, not one per round in flight
+        started = 0
+        await register_many(fresh_sessions, 1)
+        await eventually(lambda: _zero(fresh_sessions), within=20, what="the lone message")
+        await asyncio.sleep(0.5)  # a round woken by the same NOTIFY would have run by now
+        assert started == 1
+    finally:
+        stop.set()
+        await task
+
+
 async def test_two_relays_publish_every_row_exactly_once(
     fresh_db_url: str,
     amqp_url: str,
