@@ -59,11 +59,12 @@ def server_options(settings: ApiSettings) -> dict[str, Any]:
 
 def edge_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
     class EdgeProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol (llhttp, a C parser: h11 in pure Python cost this
-        API a fifth of its CPU per request) with the two limits it lacks:
+        """uvicorn's httptools protocol with the two limits it lacks:
 
         - a request's head (request line and headers) is at most `max_header_bytes`, else
-          400 and the connection closed — httptools buffers a header however large;
+          400 and the connection closed — httptools buffers a header however large. Counted
+          exactly: h11's `max_incomplete_event_size`, used before, bounds only a head still
+          incomplete, so one that arrived whole in a single read (up to 256 KiB) passed;
         - a deadline for the head: from the connection's start, or from the first byte of
           a keep-alive connection's next request, until the head is complete (uvicorn
           itself only times idle keep-alive connections, so a request whose headers never
