@@ -270,6 +270,37 @@ async def test_a_request_head_over_the_header_limit_is_refused_and_a_body_is_not
                 await over.aclose()
 
 
+async def test_a_pipelined_request_s_body_is_not_counted_as_a_head(
+    db_url: str, amqp_url: str
+) -> None:
+    """The second of two pipelined requests has its head parsed while the first is served;
+    the rest of its body, sent after the first answer, is body, not the next head."""
+    limit = 4096
+    settings = api_settings(db_url, amqp_url, http_max_header_bytes=limit, request_max_bytes=65536)
+    user = _bearer("pipelined-" + uuid.uuid4().hex)
+    head = ["POST /scraps HTTP/1.1", "Host: api", "Content-Type: application/json"]
+    head += [f"{k}: {v}" for k, v in user.items()]
+
+    def request(content: str) -> bytes:
+        body = json.dumps({"content": content}).encode()
+        return ("\r\n".join([*head, f"Content-Length: {len(body)}", "", ""])).encode() + body
+
+    async with served(settings) as url:
+        connection = await Connection.open(url)
+        try:
+            second = request("s" * 20_000)
+            cut = second.index(b"\r\n\r\n") + 4 + 100  # its head and a little of its body
+            connection.writer.write(request("first") + second[:cut])
+            await connection.writer.drain()
+            first = await asyncio.wait_for(connection.answer(), 30)
+            connection.writer.write(second[cut:])
+            await connection.writer.drain()
+            answer = await asyncio.wait_for(connection.answer(), 30)
+        finally:
+            await connection.aclose()
+    assert (first.status, answer.status) == (202, 202), answer.body
+
+
 async def test_connections_beyond_the_cap_are_refused_with_503(db_url: str, amqp_url: str) -> None:
     settings = api_settings(db_url, amqp_url, http_max_connections=3)
     async with served(settings) as url:

@@ -79,7 +79,7 @@ def edge_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpTool
         ) -> None:
             super().__init__(config, server_state, app_state, _loop)
             self._header_timer: asyncio.TimerHandle | None = None
-            self._in_head = True  # between requests, or inside one's head
+            self._in_head = True  # after a whole request, or inside one's head
             self._head_bytes = 0  # received since the head began (incomplete parts too)
             self._head_size = 0  # the head's complete parts (request line, headers)
 
@@ -100,7 +100,10 @@ def edge_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpTool
                 and not self.transport.is_closing()
             ):
                 self.logger.warning("Request headers too large.")
-                self.send_400_response("Request headers too large.")
+                if self.cycle is not None and not self.cycle.response_complete:
+                    self.transport.close()  # a pipelined head: no 400 inside an answer
+                else:
+                    self.send_400_response("Request headers too large.")
 
         def on_message_begin(self) -> None:
             self._head_size = 0
@@ -127,14 +130,15 @@ def edge_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpTool
             self._disarm_header_timer()
             super().on_headers_complete()
 
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            # Whatever arrives after a whole request is the next one's head, even while
+            # this one is still being answered (pipelining).
+            self._in_head, self._head_bytes = True, 0
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
             super().connection_lost(exc)
-
-        def on_response_complete(self) -> None:
-            self._in_head, self._head_bytes = True, 0
-            self._disarm_header_timer()  # the keep-alive timer takes over while idle
-            super().on_response_complete()
 
         def _arm_header_timer(self) -> None:
             if self._header_timer is None:
