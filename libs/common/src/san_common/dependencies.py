@@ -9,11 +9,11 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-import aio_pika
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from san_common.broker.connect import connect
 from san_common.cli import STARTUP_ERRORS, Unreachable
 
 CHECK_TIMEOUT_SECONDS = 10.0
@@ -32,7 +32,7 @@ async def require_database(prog: str, engine: AsyncEngine, url: str) -> None:
 async def require_broker(prog: str, url: str) -> None:
     try:
         with quiet_logger("aiormq.connection"):  # it logs the refusal too; ours names the URL
-            connection = await aio_pika.connect(url, timeout=CHECK_TIMEOUT_SECONDS)
+            connection = await connect(url, connect_timeout=CHECK_TIMEOUT_SECONDS)
     except STARTUP_ERRORS as exc:
         raise Unreachable(prog, "RabbitMQ", url, exc) from None
     await connection.close()

@@ -34,6 +34,7 @@ from aiormq import spec
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics, tracing
+from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
 from san_common.cli import describe
@@ -81,7 +82,7 @@ class Relay:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
-        connection = await aio_pika.connect_robust(self._settings.amqp_url)
+        connection = await connect_robust(self._settings.amqp_url)
         await self._ensure_listener()
         rescuer = LeaseRescuer(
             self._sessions,

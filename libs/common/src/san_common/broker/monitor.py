@@ -8,9 +8,9 @@ import asyncio
 import contextlib
 import logging
 
-import aio_pika
 from aio_pika.abc import AbstractRobustConnection
 
+from san_common.broker.connect import connect_robust
 from san_common.cli import STARTUP_ERRORS, describe
 from san_common.dependencies import quiet_logger
 
@@ -49,7 +49,7 @@ class BrokerMonitor:
         while True:
             try:
                 with quiet_logger("aiormq.connection"):  # our warning below says it once
-                    self._connection = await aio_pika.connect_robust(self._url, timeout=5)
+                    self._connection = await connect_robust(self._url, connect_timeout=5)
                 self.last_error = None
                 return
             except STARTUP_ERRORS as exc:

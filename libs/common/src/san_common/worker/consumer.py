@@ -25,6 +25,7 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 
+from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
 from san_common.worker.pauses import PausedTypes
@@ -131,7 +132,7 @@ class Consumer:
         """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
         finish for up to `drain_seconds`, then cancel the rest (the executor releases their
         jobs and requeues their messages)."""
-        connection = await aio_pika.connect_robust(self._amqp_url)
+        connection = await connect_robust(self._amqp_url)
         try:
             # Confirms: a dead letter republished with its reason is acked only once the
             # broker has it.

@@ -28,6 +28,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from aiormq.exceptions import AMQPError
 
 from san_api.errors import BrokerUnavailable
+from san_common.broker.connect import connect
 from san_common.broker.topology import Topology
 from san_common.jobs.types import JobType
 
@@ -115,7 +116,7 @@ class BrokerAdmin:
     @contextlib.asynccontextmanager
     async def _channel(self) -> AsyncIterator[AbstractChannel]:
         try:
-            connection = await asyncio.wait_for(aio_pika.connect(self._url), _CONNECT_SECONDS)
+            connection = await asyncio.wait_for(connect(self._url), _CONNECT_SECONDS)
         except (OSError, AMQPError, TimeoutError) as exc:
             raise BrokerUnavailable(f"cannot reach RabbitMQ: {type(exc).__name__}") from exc
         try:
