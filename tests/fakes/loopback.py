@@ -15,6 +15,11 @@ class LoopbackHTTPServer(ThreadingHTTPServer, Generic[F]):
     fake: F  # what the request handlers serve from
     daemon_threads = True
     block_on_close = False  # a request held on purpose (a timeout fault) must not delay shutdown
+    # socketserver's listen backlog is 5: a worker redelivering 100 jobs at once (after a
+    # database outage) overflowed it on a loaded machine, and the dropped connections were
+    # reset mid-request — AI "ReadError"s a real server's backlog would not produce, which
+    # spent the jobs' tries. A real server's backlog, as uvicorn's and nginx's default.
+    request_queue_size = 2048
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that gave up, or a connection reset on purpose: expected in tests
