@@ -167,7 +167,8 @@ async def test_under_a_backlog_rounds_overlap_and_publish_each_row_once(
         started = 0
         await register_many(fresh_sessions, 1)
         await eventually(lambda: _zero(fresh_sessions), within=20, what="the lone message")
-        await asyncio.sleep(0.5)  # a round woken by the same NOTIFY would have run by now
+        # a round woken by the same NOTIFY starts with the leader's, long before its commit
+        await eventually(idle, within=20, what="the rounds back to waiting")
         assert started == 1
     finally:
         stop.set()

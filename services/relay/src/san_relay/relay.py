@@ -274,12 +274,7 @@ class Relay:
         # A full batch found after this clear sets it again; one set before it is lost,
         # which costs at most one round of overlap (the leader sets it every full batch).
         self._backlog.clear()
-        waiters = [asyncio.ensure_future(self._backlog.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await _first_set(self._backlog, stop)
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         timeout = self._settings.relay_poll_seconds
@@ -290,12 +285,9 @@ class Relay:
             next_due = None
         if next_due is not None:
             timeout = min(timeout, next_due + 0.01)
-        waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
         try:
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await _first_set(self._wakeup, stop, within=timeout)
         finally:
-            for waiter in waiters:
-                waiter.cancel()
             self._wakeup.clear()
 
     async def _clean_periodically(self, stop: asyncio.Event) -> None:
@@ -356,6 +348,16 @@ class Relay:
             # passive: a queue that vanished closes this channel, never re-creates the queue
             queue = await channel.declare_queue(name, passive=True)
             metrics.QUEUE_MESSAGES.labels(name).set(queue.declaration_result.message_count or 0)
+
+
+async def _first_set(*events: asyncio.Event, within: float | None = None) -> None:
+    """Until one of `events` is set, or `within` seconds pass."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _trace_headers(row: Pending) -> dict[str, str]:
