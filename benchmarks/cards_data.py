@@ -82,3 +82,16 @@ async def fill(connection: asyncpg.Connection, user_external_id: str, cards: int
         "USING hnsw (embedding vector_cosine_ops)"
     )
     return time.monotonic() - started
+
+
+async def search_settings(connection: asyncpg.Connection) -> dict[str, str]:
+    """The planner settings the API's search runs under (the `SET` clauses of migration
+    0006's `nearest_cards`), applied to the open transaction: the index-forced SQL baseline
+    is the API's own query plan."""
+    config = await connection.fetchval(
+        "SELECT proconfig FROM pg_proc WHERE proname = 'nearest_cards'"
+    )
+    settings = dict(item.split("=", 1) for item in config)
+    for name, value in settings.items():
+        await connection.execute("SELECT set_config($1, $2, true)", name, value)
+    return settings

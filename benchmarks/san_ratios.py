@@ -253,8 +253,6 @@ _FORCED = """
 async def similar_ratios(
     server: str, amqp_url: str, cards: int, queries: int, seconds: float
 ) -> dict[str, Any]:
-    from san_api.cards.repository import HNSW_EF_SEARCH
-
     database_url = await _migrated(server, "bench_cards")
     db = await asyncpg.connect(database_url)
     started = time.monotonic()
@@ -276,11 +274,7 @@ async def similar_ratios(
     forced_ms: list[float] = []
     sql_recall: list[float] = []
     async with db.transaction():
-        await db.execute(
-            f"SELECT set_config('hnsw.ef_search', '{HNSW_EF_SEARCH}', true),"
-            " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-            " set_config('enable_sort', 'off', true)"
-        )
+        search = await cards_data.search_settings(db)
         for _ in range(3):
             for card in ids:
                 t = time.perf_counter()
@@ -328,7 +322,7 @@ async def similar_ratios(
         "cards": cards,
         "fill_seconds": round(fill_seconds, 1),
         "index_build_seconds": round(build_seconds, 1),
-        "ef_search": HNSW_EF_SEARCH,
+        "ef_search": int(search["hnsw.ef_search"]),
         "exact_p50_ms": statistics.median(exact_ms),
         "exact_p99_ms": percentile(exact_ms, 0.99),
         "forced_sql_p50_ms": statistics.median(forced_sorted),

@@ -117,7 +117,6 @@ async def jobs_curve(server: str, sizes: list[int], samples: int) -> list[dict[s
 
 async def cards_curve(server: str, sizes: list[int], samples: int) -> list[dict[str, Any]]:
     from benchmarks.san_ratios import _EXACT, _FORCED
-    from san_api.cards.repository import HNSW_EF_SEARCH
 
     rows = []
     for size in sizes:
@@ -140,11 +139,7 @@ async def cards_curve(server: str, sizes: list[int], samples: int) -> list[dict[
                 truth[card] = {r[0] for r in await db.fetch(_EXACT, card, user_id)}
                 exact.append((time.perf_counter() - t) * 1000)
             async with db.transaction():
-                await db.execute(
-                    f"SELECT set_config('hnsw.ef_search', '{HNSW_EF_SEARCH}', true),"
-                    " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-                    " set_config('enable_sort', 'off', true)"
-                )
+                await cards_data.search_settings(db)
                 for card in ids:
                     t = time.perf_counter()
                     got = {r[0] for r in await db.fetch(_FORCED, card, user_id)}

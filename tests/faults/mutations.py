@@ -35,6 +35,8 @@ LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
+TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
+NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,31 @@ MUTATIONS = (
         (
             "tests/api/test_edge.py::"
             "test_a_request_head_over_the_header_limit_is_refused_and_a_body_is_not_its_head",
+        ),
+    ),
+    Mutation(
+        "similar-cards-sorts-on",
+        "the similar-cards search keeps sorts on (the planner's exact scan, ~200 ms at 100k)",
+        (Edit(NEAREST, "        SET enable_sort = off\n", ""),),
+        (
+            "tests/api/test_similar_cards_plan.py::"
+            "test_the_approximate_search_walks_the_hnsw_index_and_the_exact_one_does_not",
+        ),
+    ),
+    Mutation(
+        "token-cache-past-expiry",
+        "the verified-token cache keeps a token for its TTL even past the token's expiry",
+        (
+            Edit(
+                TOKEN_CACHE,
+                "(claims, min(expires_at, self._clock() + self._ttl))",
+                "(claims, self._clock() + self._ttl)",
+            ),
+        ),
+        (
+            "tests/api/test_token_cache.py::"
+            "test_a_token_is_kept_until_its_expiry_or_the_ttl_whichever_comes_first",
+            "tests/api/test_token_cache.py::test_a_cached_token_is_refused_once_it_expires",
         ),
     ),
 )

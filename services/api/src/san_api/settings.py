@@ -23,6 +23,9 @@ class ApiSettings(GithubAccessSettings):
     auth_jwt_jwks_url: str = Field(default="", description="External IdP keys (RS256 mode)")
     auth_jwt_jwks_file: str = Field(default="", description="The same, from a file")
     auth_jwt_jwks_cache_seconds: float = Field(default=300, ge=1)
+    auth_jwt_cache_seconds: float = Field(
+        default=30, ge=0, description="Keep a verified token this long (0: verify every time)"
+    )
     auth_jwt_algorithms: str = Field(
         default="RS256", description="Accepted in JWKS mode (comma-separated, asymmetric only)"
     )

@@ -6,11 +6,12 @@ longer than `AUTH_JWT_MAX_LIFETIME_SECONDS`; `iss` and `aud` are checked when co
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jwt
 from jwt.exceptions import InvalidSubjectError
 
+from san_api.auth.cache import VerifiedTokens
 from san_api.auth.jwks import JwksKeys, KeysUnavailable
 from san_api.settings import ApiSettings
 
@@ -65,6 +66,11 @@ class TokenVerifier:
     audience: str | None = None
     jwks: JwksKeys | None = None
     algorithms: tuple[str, ...] = (ALGORITHM,)
+    cache_seconds: float = 0.0
+    _verified: VerifiedTokens[Claims] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_verified", VerifiedTokens(self.cache_seconds))
 
     async def verify(self, token: str) -> str:
         """The token's subject (the user's external id), or InvalidToken saying why."""
@@ -72,6 +78,8 @@ class TokenVerifier:
 
     async def verify_claims(self, token: str) -> Claims:
         """The subject and the roles (`role` and/or `roles`), or InvalidToken saying why."""
+        if (known := self._verified.get(token)) is not None:
+            return known
         key: object = self.secret
         if self.jwks is not None:
             try:
@@ -107,10 +115,13 @@ class TokenVerifier:
             raise InvalidToken("the token is not meant for this API (audience)") from exc
         except jwt.InvalidTokenError as exc:
             raise InvalidToken("the token is not valid") from exc
-        self._check_lifetime(claims)
-        return Claims(_subject(claims.get("sub")), _roles(claims))
+        expires = self._check_lifetime(claims)
+        verified = Claims(_subject(claims.get("sub")), _roles(claims))
+        self._verified.remember(token, verified, expires + self.leeway_seconds)
+        return verified
 
-    def _check_lifetime(self, claims: dict[str, object]) -> None:
+    def _check_lifetime(self, claims: dict[str, object]) -> float:
+        """The token's `exp`, once its lifetime is within the maximum."""
         exp, iat = claims.get("exp"), claims.get("iat")
         start = iat if isinstance(iat, int | float) else time.time()
         assert isinstance(exp, int | float)  # pyjwt checked it is a number
@@ -118,6 +129,7 @@ class TokenVerifier:
             raise InvalidToken(
                 f"the token lives longer than the maximum of {self.max_lifetime_seconds} seconds"
             )
+        return float(exp)
 
 
 def token_verifier(settings: ApiSettings) -> TokenVerifier:
@@ -138,6 +150,7 @@ def token_verifier(settings: ApiSettings) -> TokenVerifier:
         audience=settings.auth_jwt_audience or None,
         jwks=jwks,
         algorithms=algorithms,
+        cache_seconds=settings.auth_jwt_cache_seconds,
     )
 
 

@@ -72,7 +72,7 @@ async def similar_cards(
     session: AsyncSession, card_id: uuid.UUID, user_id: uuid.UUID, rule: NeighbourRule
 ) -> SimilarCards:
     """Cards near this one by the neighbour rule; never the card itself."""
-    query = repository.embedding_of(card_id, user_id)
+    query = repository.CardEmbedding(card_id)
     found = await neighbours(session, user_id, query, rule, exclude=[card_id])
     # No neighbour at all: a lone card, or no such card of this user (asked only then).
     if not found.cards and not await repository.exists(session, card_id, user_id):
