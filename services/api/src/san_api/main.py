@@ -19,6 +19,7 @@ from san_common import cli
 from san_common.db.engine import create_engine
 from san_common.dependencies import require_database
 from san_common.logs import configure_service_logging
+from san_common.process import tune_garbage_collector
 from san_common.settings import load_settings
 from san_common.tracing import configure_tracing, shutdown_tracing
 
@@ -39,9 +40,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(_check_database(settings))
     configure_service_logging(settings)
     configure_tracing(settings)
+    app = create_app(settings)
+    tune_garbage_collector()
     try:
         uvicorn.run(
-            create_app(settings),
+            app,
             host=settings.api_host,
             port=settings.api_port,
             log_config=None,
