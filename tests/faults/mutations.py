@@ -256,6 +256,30 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "deadlock-spends-a-try",
+        "a completion that lost a deadlock is not run again (its error counts against the job)",
+        (
+            Edit(
+                STORE,
+                "if attempt < CONTENTION_ATTEMPTS and is_contention(exc):",
+                "if False:",
+            ),
+        ),
+        (f"{GROUP}::test_a_completion_that_loses_a_deadlock_to_another_worker_is_run_again",),
+    ),
+    Mutation(
+        "batch-deadlock-fails-the-batch",
+        "a completion batch that lost a deadlock in its own statement fails every job in it",
+        (
+            Edit(
+                STORE,
+                "            if not is_contention(exc):\n                raise\n",
+                "            raise\n",
+            ),
+        ),
+        (f"{GROUP}::test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_again",),
+    ),
+    Mutation(
         "similar-cards-sorts-on",
         "the similar-cards search keeps sorts on (the planner's exact scan, ~200 ms at 100k)",
         (Edit(NEAREST, "        SET enable_sort = off\n", ""),),

@@ -182,3 +182,92 @@ async def test_a_claim_whose_caller_is_cancelled_mid_statement_is_released(
     await eventually(released, within=20, what="the abandoned claim released")
     tries = await try_rows(sessions, [job_id])
     assert [(t["try_no"], t["outcome"]) for t in tries] == [(1, "released")]
+
+
+class LockTwoScraps:
+    """SCRAP_REFINE's store writing two scraps: its own first, a pause, then `other` — the
+    write a handler would make to a row another job also writes (a shared tag, a user's
+    counters). Two of these at once on two workers lock the same rows in opposite orders."""
+
+    job_type: ClassVar[str] = JobType.SCRAP_REFINE
+
+    def __init__(self, other: dict[uuid.UUID, uuid.UUID], pause: float) -> None:
+        self.other = other
+        self.pause = pause
+
+    async def load(self, session: AsyncSession, job: AsyncJob) -> None:
+        return None
+
+    async def run(self, job: AsyncJob, payload: None) -> str:
+        return f"answer for {job.target_id}"
+
+    async def store(self, session: AsyncSession, job: AsyncJob, result: str) -> None:
+        write = text("UPDATE scraps SET refined_content = :r WHERE id = :id")
+        await session.execute(write, {"r": result, "id": job.target_id})
+        await session.execute(text("SELECT pg_sleep(:s)"), {"s": self.pause})
+        if (other := self.other.get(job.target_id)) is not None:
+            await session.execute(write, {"r": result, "id": other})
+
+
+async def _completed_on_their_first_try(
+    sessions: async_sessionmaker[AsyncSession], job_ids: list[uuid.UUID]
+) -> None:
+    rows = await job_rows(sessions, job_ids)
+    assert {(r["status"], r["tries"]) for r in rows.values()} == {("COMPLETED", 1)}, rows
+    tries = await try_rows(sessions, job_ids)
+    assert [(t["try_no"], t["outcome"]) for t in tries] == [(1, "completed")] * len(job_ids)
+
+
+async def test_a_completion_that_loses_a_deadlock_to_another_worker_is_run_again(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """PostgreSQL rolls one of two deadlocked transactions back (after `deadlock_timeout`,
+    1 s): that job's store runs again, its try is not spent."""
+    seeded = await seed(sessions, 2, [JobType.SCRAP_REFINE], label="deadlock")
+    x, y = seeded.scrap_ids
+    worker_a, worker_b = SqlJobStore(sessions), SqlJobStore(sessions)
+    (claim_x,) = await _claim_all(worker_a, seeded.job_ids[:1], "w-a")
+    (claim_y,) = await _claim_all(worker_b, seeded.job_ids[1:], "w-b")
+    handler = LockTwoScraps({x: y, y: x}, pause=0.3)
+
+    finished = await asyncio.gather(
+        worker_a.finish(claim_x, handler, "a"),
+        worker_b.finish(claim_y, handler, "b"),
+        return_exceptions=True,
+    )
+
+    assert finished == [True, True]
+    await _completed_on_their_first_try(sessions, seeded.job_ids)
+
+
+async def test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_again(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The deadlock in the runtime's own completion statement, not in a store: an operator's
+    transaction holds a job row of the batch (as a cancel would) and then wants a row the
+    batch's stores wrote. The batch waits first, so its backend detects the cycle and is
+    the one rolled back; its jobs complete again, one transaction each."""
+    seeded = await seed(sessions, 2, [JobType.SCRAP_REFINE], label="deadlock-batch")
+    store = SqlJobStore(sessions)
+    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    handler = LockTwoScraps({}, pause=0.3)
+
+    async def operator() -> None:
+        async with sessions() as session, session.begin():
+            await session.execute(
+                text("UPDATE async_jobs SET updated_at = now() WHERE job_id = :id"),
+                {"id": seeded.job_ids[0]},
+            )
+            await asyncio.sleep(1.0)  # the batch's stores hold both scraps, it waits for us
+            await session.execute(
+                text("UPDATE scraps SET content = content WHERE id = :id"),
+                {"id": seeded.scrap_ids[1]},
+            )
+
+    operating = asyncio.create_task(operator())
+    await asyncio.sleep(0.2)  # the operator holds the job row first
+    finished = await asyncio.gather(*(store.finish(c, handler, "r") for c in claims))
+    await operating
+
+    assert finished == [True, True]
+    await _completed_on_their_first_try(sessions, seeded.job_ids)

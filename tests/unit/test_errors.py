@@ -1,4 +1,5 @@
-"""Error classification (database connection loss) and the client-facing summary."""
+"""Error classification (database connection loss, lost deadlocks) and the client-facing
+summary."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from san_common.errors import (
     Stage,
     TransientJobError,
     is_connection_loss,
+    is_contention,
     summarize,
 )
 
@@ -67,6 +69,24 @@ class _Upstream(TransientJobError):
     def __init__(self) -> None:
         super().__init__("AI server answered 503: <html>secret-host.internal /var/lib/x</html>")
         self.status = 503
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _dbapi(asyncpg.exceptions.DeadlockDetectedError("deadlock detected")),
+        _dbapi(asyncpg.exceptions.SerializationError("could not serialize access")),
+    ],
+)
+def test_a_lost_deadlock_is_contention_and_not_an_outage(error: BaseException) -> None:
+    assert is_contention(error)
+    assert not is_connection_loss(error)
+
+
+def test_other_database_errors_are_not_contention() -> None:
+    assert not is_contention(_dbapi(asyncpg.exceptions.UniqueViolationError("duplicate key")))
+    assert not is_contention(_dbapi(asyncpg.exceptions.ConnectionDoesNotExistError("closed")))
+    assert not is_contention(ValueError("not a database error"))
 
 
 def test_the_summary_names_kind_status_and_stage_never_the_upstream_body() -> None:

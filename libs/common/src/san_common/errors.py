@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TypeVar
 
 _T = TypeVar("_T")
@@ -94,10 +95,7 @@ def is_connection_loss(exc: BaseException) -> bool:
     HTTP call is that call's failure, not an outage (the executor classifies by where)."""
     from sqlalchemy import exc as sa_exc
 
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _database_causes(exc):
         if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
             return True
         if isinstance(
@@ -105,8 +103,8 @@ def is_connection_loss(exc: BaseException) -> bool:
             sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError | OSError,
         ):
             return True
-        sqlstate = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
-        if isinstance(sqlstate, str) and (
+        sqlstate = _sqlstate(current)
+        if sqlstate is not None and (
             sqlstate.startswith("08") or sqlstate in _CONNECTION_SQLSTATES
         ):
             return True
@@ -123,13 +121,40 @@ def is_connection_loss(exc: BaseException) -> bool:
         text = str(current).lower()
         if any(phrase in text for phrase in _CONNECTION_PHRASES):
             return True
+    return False
+
+
+# SQLSTATEs of a transaction that lost to a concurrent one: 40P01 deadlock detected (two
+# transactions locked the same rows in opposite orders; PostgreSQL rolled one back), 40001
+# serialization failure. Nothing of it committed; the same work run again may succeed.
+_CONTENTION_SQLSTATES = ("40P01", "40001")
+
+
+def is_contention(exc: BaseException) -> bool:
+    """True when `exc` (raised by a database call) means its transaction lost a deadlock
+    or a serialization conflict to another transaction."""
+    return any(_sqlstate(current) in _CONTENTION_SQLSTATES for current in _database_causes(exc))
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    return sqlstate if isinstance(sqlstate, str) else None
+
+
+def _database_causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it wraps: SQLAlchemy's `orig` (the driver's exception), else its
+    cause or context."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
         orig = getattr(current, "orig", None)
         current = (
             orig
             if isinstance(orig, BaseException) and id(orig) not in seen
             else current.__cause__ or current.__context__
         )
-    return False
 
 
 # -- what the job's owner sees --------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from san_common.errors import is_connection_loss
+from san_common.errors import is_connection_loss, is_contention
 from san_common.jobs import registry
 from san_common.jobs import repository as jobs
 from san_common.jobs.repository import JobState, TryOutcome
@@ -69,6 +69,11 @@ class JobStore(Protocol):
     async def extend(self, claim: Claim, lease: timedelta) -> bool: ...
 
     async def defer(self, job_id: uuid.UUID, at: datetime) -> bool: ...
+
+
+# How often a completion that lost a deadlock to another transaction is run again before
+# its error counts against the job (each try of it waits PostgreSQL's deadlock_timeout).
+CONTENTION_ATTEMPTS = 3
 
 
 class _LeaseLost(Exception):
@@ -209,6 +214,13 @@ class SqlJobStore:
             alone = await _outcome(self._finish_one(batch[failed.index]))
             again = iter(await self._finish_batch(rest))
             return [alone if k == failed.index else next(again) for k in range(len(batch))]
+        except Exception as exc:
+            if not is_contention(exc):
+                raise
+            # The batch lost a deadlock to another transaction (another worker's, locking
+            # some of the same rows in another order): nothing of it committed. Each job
+            # again in a transaction of its own, which holds fewer locks at once.
+            return [await _outcome(self._finish_one(item)) for item in batch]
 
     async def _finish_together(self, batch: Sequence[_Finish]) -> None:
         async with self._sessions() as session, session.begin():
@@ -227,14 +239,22 @@ class SqlJobStore:
 
     async def _finish_one(self, item: _Finish) -> bool:
         claim = item.claim
-        try:
-            async with self._sessions() as session, session.begin():
-                await item.handler.store(session, claim.job, item.result)
-                if not await jobs.complete(session, claim.job.job_id, claim.try_no):
-                    raise _LeaseLost
-        except _LeaseLost:
-            return False
-        return True
+        for attempt in range(1, CONTENTION_ATTEMPTS + 1):
+            try:
+                async with self._sessions() as session, session.begin():
+                    await item.handler.store(session, claim.job, item.result)
+                    if not await jobs.complete(session, claim.job.job_id, claim.try_no):
+                        raise _LeaseLost
+            except _LeaseLost:
+                return False
+            except Exception as exc:
+                # A lost deadlock is the other transaction's timing, not this job's fault:
+                # it rolled back whole, so the store runs again instead of spending a try.
+                if attempt < CONTENTION_ATTEMPTS and is_contention(exc):
+                    continue
+                raise
+            return True
+        raise AssertionError("unreachable")
 
     async def fail(self, claim: Claim, message: str, summary: str) -> bool:
         async with self._sessions() as session, session.begin():
