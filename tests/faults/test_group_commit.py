@@ -244,13 +244,26 @@ async def test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_aga
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     """The deadlock in the runtime's own completion statement, not in a store: an operator's
-    transaction holds a job row of the batch (as a cancel would) and then wants a row the
-    batch's stores wrote. The batch waits first, so its backend detects the cycle and is
-    the one rolled back; its jobs complete again, one transaction each."""
+    transaction holds a job row of the batch (as a cancel would) and, once the batch waits
+    for it, wants a row the batch's stores wrote. The batch waited first, so its backend
+    detects the cycle and is the one rolled back; its jobs complete again, one transaction
+    each."""
     seeded = await seed(sessions, 2, [JobType.SCRAP_REFINE], label="deadlock-batch")
     store = SqlJobStore(sessions)
     claims = await _claim_all(store, seeded.job_ids, "w-batch")
     handler = LockTwoScraps({}, pause=0.3)
+
+    holding = asyncio.Event()
+
+    async def batch_waits_for_a_lock() -> bool:
+        async with sessions() as session:
+            waiting = await session.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%async_jobs%' AND pid <> pg_backend_pid()"
+                )
+            )
+        return bool(waiting)
 
     async def operator() -> None:
         async with sessions() as session, session.begin():
@@ -258,14 +271,16 @@ async def test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_aga
                 text("UPDATE async_jobs SET updated_at = now() WHERE job_id = :id"),
                 {"id": seeded.job_ids[0]},
             )
-            await asyncio.sleep(1.0)  # the batch's stores hold both scraps, it waits for us
+            holding.set()
+            # the batch's stores hold both scraps and its completion waits for this row
+            await eventually(batch_waits_for_a_lock, what="the batch to wait for the job row")
             await session.execute(
                 text("UPDATE scraps SET content = content WHERE id = :id"),
                 {"id": seeded.scrap_ids[1]},
             )
 
     operating = asyncio.create_task(operator())
-    await asyncio.sleep(0.2)  # the operator holds the job row first
+    await holding.wait()
     finished = await asyncio.gather(*(store.finish(c, handler, "r") for c in claims))
     await operating
 
