@@ -261,8 +261,8 @@ MUTATIONS = (
         (
             Edit(
                 STORE,
-                "if attempt < CONTENTION_ATTEMPTS and is_contention(exc):",
-                "if False:",
+                "if attempt == CONTENTION_ATTEMPTS or not is_contention(exc):",
+                "if True:",
             ),
         ),
         (f"{GROUP}::test_a_completion_that_loses_a_deadlock_to_another_worker_is_run_again",),

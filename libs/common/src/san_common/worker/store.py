@@ -239,22 +239,22 @@ class SqlJobStore:
 
     async def _finish_one(self, item: _Finish) -> bool:
         claim = item.claim
-        for attempt in range(1, CONTENTION_ATTEMPTS + 1):
+        attempt = 1
+        while True:
             try:
                 async with self._sessions() as session, session.begin():
                     await item.handler.store(session, claim.job, item.result)
                     if not await jobs.complete(session, claim.job.job_id, claim.try_no):
                         raise _LeaseLost
+                return True
             except _LeaseLost:
                 return False
             except Exception as exc:
                 # A lost deadlock is the other transaction's timing, not this job's fault:
                 # it rolled back whole, so the store runs again instead of spending a try.
-                if attempt < CONTENTION_ATTEMPTS and is_contention(exc):
-                    continue
-                raise
-            return True
-        raise AssertionError("unreachable")
+                if attempt == CONTENTION_ATTEMPTS or not is_contention(exc):
+                    raise
+                attempt += 1
 
     async def fail(self, claim: Claim, message: str, summary: str) -> bool:
         async with self._sessions() as session, session.begin():
