@@ -184,27 +184,25 @@ async def test_a_claim_whose_caller_is_cancelled_mid_statement_is_released(
     assert [(t["try_no"], t["outcome"]) for t in tries] == [(1, "released")]
 
 
-class LockTwoScraps:
-    """SCRAP_REFINE's store writing two scraps: its own first, a pause, then `other` — the
-    write a handler would make to a row another job also writes (a shared tag, a user's
-    counters). Two of these at once on two workers lock the same rows in opposite orders."""
+class LockTwoScraps(WriteAnswer):
+    """`WriteAnswer` that also writes `other[target]` — the write a handler would make to a
+    row another job also writes (a shared tag, a user's counters). With `both_hold`, each
+    store's first run waits there once it holds its own scrap: two of them, on two
+    workers, then lock the same rows in opposite orders — a deadlock every time."""
 
-    job_type: ClassVar[str] = JobType.SCRAP_REFINE
-
-    def __init__(self, other: dict[uuid.UUID, uuid.UUID], pause: float) -> None:
+    def __init__(
+        self, other: dict[uuid.UUID, uuid.UUID], both_hold: asyncio.Barrier | None = None
+    ) -> None:
+        super().__init__()
         self.other = other
-        self.pause = pause
-
-    async def load(self, session: AsyncSession, job: AsyncJob) -> None:
-        return None
-
-    async def run(self, job: AsyncJob, payload: None) -> str:
-        return f"answer for {job.target_id}"
+        self.both_hold = both_hold
 
     async def store(self, session: AsyncSession, job: AsyncJob, result: str) -> None:
         write = text("UPDATE scraps SET refined_content = :r WHERE id = :id")
         await session.execute(write, {"r": result, "id": job.target_id})
-        await session.execute(text("SELECT pg_sleep(:s)"), {"s": self.pause})
+        if (both_hold := self.both_hold) is not None:
+            await both_hold.wait()
+            self.both_hold = None  # once: the store run again after the deadlock goes on
         if (other := self.other.get(job.target_id)) is not None:
             await session.execute(write, {"r": result, "id": other})
 
@@ -228,7 +226,7 @@ async def test_a_completion_that_loses_a_deadlock_to_another_worker_is_run_again
     worker_a, worker_b = SqlJobStore(sessions), SqlJobStore(sessions)
     (claim_x,) = await _claim_all(worker_a, seeded.job_ids[:1], "w-a")
     (claim_y,) = await _claim_all(worker_b, seeded.job_ids[1:], "w-b")
-    handler = LockTwoScraps({x: y, y: x}, pause=0.3)
+    handler = LockTwoScraps({x: y, y: x}, asyncio.Barrier(2))
 
     finished = await asyncio.gather(
         worker_a.finish(claim_x, handler, "a"),
@@ -251,7 +249,7 @@ async def test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_aga
     seeded = await seed(sessions, 2, [JobType.SCRAP_REFINE], label="deadlock-batch")
     store = SqlJobStore(sessions)
     claims = await _claim_all(store, seeded.job_ids, "w-batch")
-    handler = LockTwoScraps({}, pause=0.3)
+    handler = LockTwoScraps({})
 
     holding = asyncio.Event()
 
