@@ -36,7 +36,7 @@ from typing import Any
 
 import asyncpg
 
-from benchmarks.peers.common import PEAK_RSS_MB, PEAK_RSS_PREFIX
+from benchmarks.peers.common import CPU_PREFIX, PEAK_RSS_MB, PEAK_RSS_PREFIX
 from san_common.db.engine import plain_url
 from san_common.db.migrate import upgrade
 from tests import infra
@@ -157,10 +157,47 @@ def peer_rows(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
         row["burst_enqueue_rate"] = summary([r.get("extra", {}).get("enqueue_rate") for r in burst])
         row["paced_p50_ms"] = summary([r.get("latency_p50_ms") for r in paced])
         row["paced_p99_ms"] = summary([r.get("latency_p99_ms") for r in paced])
+        row["drain_cpu"] = cpu_medians(drain)
+        row["burst_cpu"] = cpu_medians(burst)
         row["errors"] = [r["error"] for rs in by_scenario.values() for r in rs if "error" in r]
         row["peak_rss_mb"] = peak_rss(r for rs in by_scenario.values() for r in rs)
         table[system] = row
     return table
+
+
+def cpu_medians(outcomes: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The median over runs of each part's CPU per job (ms; benchmarks/peers/common.py)."""
+    parts: dict[str, list[float]] = {}
+    for outcome in outcomes:
+        for key, value in outcome.get("extra", {}).items():
+            if key.startswith(CPU_PREFIX):
+                parts.setdefault(key.removeprefix(CPU_PREFIX), []).append(float(value))
+    return {name: statistics.median(values) for name, values in parts.items()}
+
+
+# The parts of the CPU table, in the order a job passes them.
+CPU_PARTS = ("driver", "relay", "RabbitMQ", "worker", "PostgreSQL", "all")
+
+
+def render_cpu(table: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| CPU per job (ms, median of runs) | scenario | "
+        + " | ".join("driver (enqueue, poll)" if p == "driver" else p for p in CPU_PARTS)
+        + " |",
+        "|---|---|" + "---|" * len(CPU_PARTS),
+    ]
+    for system in SYSTEMS:
+        for scenario in ("drain", "burst"):
+            cpu = table.get(system, {}).get(f"{scenario}_cpu")
+            if cpu:
+                cells = " | ".join(
+                    f"**{cpu[p]:.2f}**"
+                    if p == "all" and p in cpu
+                    else (f"{cpu[p]:.2f}" if p in cpu else "—")
+                    for p in CPU_PARTS
+                )
+                lines.append(f"| {LABELS[system]} | {scenario} | {cells} |")
+    return "\n".join(lines)
 
 
 def peak_rss(outcomes: Iterable[dict[str, Any]]) -> dict[str, float]:
@@ -332,6 +369,8 @@ async def main_async(args: Any) -> int:
         f"{args.runs} interleaved runs, median (min–max); {report['seconds']} s in all.",
         "",
         render_peers(table, args),
+        "",
+        render_cpu(table),
         "",
         render_rss(table, report["peak_rss_mb_san_ratios"]),
         "",

@@ -73,6 +73,9 @@ class CeleryPeer:
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
         return None
 
+    def side_processes(self) -> dict[str, list[int]]:
+        return {}
+
     async def close(self) -> None:
         self.app.close()
 

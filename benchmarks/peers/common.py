@@ -2,13 +2,16 @@
 scenarios, and the figures computed from the database afterwards.
 
 Runs in both virtual environments (SAN's and the peers'), so it needs only the standard
-library and asyncpg. A driver supplies four things (see `Driver`): prepare its schema,
-start its worker as an OS process of its own, enqueue one job, and stop the worker.
+library and asyncpg. A driver supplies these (see `Driver`): prepare its schema,
+start its worker as an OS process of its own, enqueue one job, name its other processes,
+and stop the worker.
 
 The no-op job of every system does the same thing: one `UPDATE bench_rows` that records
 when the job started (the worker's clock at the job function's entry) and when it wrote
 (`clock_timestamp()`). Enqueue times are taken by the driver just before each enqueue
 call. All clocks are this machine's one wall clock, so the differences are latencies.
+The drain and the burst also report the CPU each job cost each process (the driver, the
+worker, SAN's relay, PostgreSQL, RabbitMQ), read from /proc around the measured window.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class Driver(Protocol):
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
         """Drain scenario: wait until the enqueued jobs are where the worker takes them
         from (SAN: published by the relay); nothing to do for the others."""
+
+    def side_processes(self) -> dict[str, list[int]]:
+        """The system's processes besides its worker that a job costs CPU in, by name
+        (SAN: the relay); the CPU per job counts them."""
 
     async def close(self) -> None:
         """Release the enqueuer's connections."""
@@ -136,6 +143,40 @@ async def _warm_up(
     await _wait_done(connection, [row], timeout=180, worker=worker)
 
 
+async def _wait_first(
+    connection: asyncpg.Connection,
+    ids: Sequence[uuid.UUID],
+    timeout: float,
+    worker: subprocess.Popen[bytes],
+) -> int:
+    """Until at least one of `ids` is done; how many are."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker process exited with {worker.returncode}; see its log")
+        done: int = await connection.fetchval(
+            "SELECT count(*) FROM bench_rows WHERE id = ANY($1) AND done_at IS NOT NULL", list(ids)
+        )
+        if done:
+            return done
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no job done after {timeout:.0f}s")
+        await asyncio.sleep(0.005)
+
+
+async def _cpu_parts(
+    driver: Driver, connection: asyncpg.Connection, worker: subprocess.Popen[bytes]
+) -> dict[str, list[int]]:
+    """The processes whose CPU a job costs, by part: the worker, the system's other
+    processes (SAN's relay), PostgreSQL and RabbitMQ. The driver (enqueuing, and polling
+    like every system's) is counted apart, by `_cpu_now`."""
+    return {"worker": [worker.pid], **driver.side_processes(), **(await server_pids(connection))}
+
+
+def _cpu_now(parts: dict[str, list[int]]) -> dict[str, float]:
+    return {"driver": time.process_time(), **cpu_snapshot(parts)}
+
+
 def stop_process(
     process: subprocess.Popen[bytes], timeout: float = 30.0, name: str | None = None
 ) -> None:
@@ -167,21 +208,29 @@ async def run_scenario(
             # Whatever a system does before its worker sees the jobs (SAN's relay) is done.
             await driver.settle_backlog(connection)
             worker = driver.start_worker()
+            # CPU is counted from the first job done: the worker's start-up is not a job's
+            early = await _wait_first(connection, ids, timeout=600, worker=worker)
+            parts = await _cpu_parts(driver, connection, worker)
+            before = _cpu_now(parts)
             await _wait_done(connection, ids, timeout=600, worker=worker)
+            cpu = cpu_per_job(before, _cpu_now(parts), n - early)
             times = await _times(connection, ids)
             first = min(s for s, _ in times.values())
             last = max(d for _, d in times.values())
-            return Outcome(scenario, n, rate=(n - 1) / max(last - first, 1e-9))
+            return Outcome(scenario, n, rate=(n - 1) / max(last - first, 1e-9), extra=cpu)
         worker = driver.start_worker()
         await _warm_up(driver, connection, worker)
         if scenario == "burst":
             ids = await _insert_rows(connection, n)
+            parts = await _cpu_parts(driver, connection, worker)
+            before = _cpu_now(parts)
             enqueued: dict[uuid.UUID, float] = {}
             for row in ids:
                 enqueued[row] = time.time()
                 await driver.enqueue(row)
             enqueue_seconds = time.time() - enqueued[ids[0]]
             await _wait_done(connection, ids, timeout=600, worker=worker)
+            cpu = cpu_per_job(before, _cpu_now(parts), n)
             times = await _times(connection, ids)
             last = max(d for _, d in times.values())
             latencies = [(times[i][1] - enqueued[i]) * 1000 for i in ids]
@@ -191,7 +240,7 @@ async def run_scenario(
                 rate=n / max(last - enqueued[ids[0]], 1e-9),
                 latency_p50_ms=percentile(latencies, 0.5),
                 latency_p99_ms=percentile(latencies, 0.99),
-                extra={"enqueue_rate": n / max(enqueue_seconds, 1e-9)},
+                extra={"enqueue_rate": n / max(enqueue_seconds, 1e-9), **cpu},
             )
         if scenario == "paced":
             count = max(1, int(rate * seconds))
@@ -336,3 +385,92 @@ def record_peak_rss(process: subprocess.Popen[bytes], name: str | None = None) -
         args = process.args
         name = process_name([str(a) for a in args] if isinstance(args, list) else [str(args)])
     PEAK_RSS_MB[name] = max(PEAK_RSS_MB.get(name, 0.0), round(kb / 1024, 1))
+
+
+# --- CPU per job, read from outside the processes (/proc; Linux) ---------------------------
+
+# Throughput on a shared 2-core machine moves by half between runs; the CPU a job costs
+# each process hardly does, and it says where a system spends it. `run_scenario` reads
+# these around the drain's and the burst's measured window and reports them in the
+# outcome as `cpu_ms_per_job:<part>`.
+CPU_PREFIX = "cpu_ms_per_job:"
+
+
+def _cpu_fields(pid: int) -> tuple[float, float] | None:
+    """(utime + stime, cutime + cstime) of a process in seconds: its own CPU and that of
+    its children it has reaped (a PostgreSQL backend that exited, a worker child)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    # fields after the command name start at field 3 (state): utime is field 14
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a process and every descendant, alive or reaped; None when gone."""
+    own = _cpu_fields(pid)
+    if own is None:
+        return None
+    total = own[0] + own[1]
+    for child in _descendants(pid):
+        got = _cpu_fields(child)
+        if got is not None:  # an exited child is in its parent's reaped time
+            total += got[0] + got[1]
+    return total
+
+
+def processes_named(comm: str) -> list[int]:
+    """Pids whose command name (/proc/<pid>/comm) is `comm` (RabbitMQ's `beam.smp`)."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as name:
+                    if name.read().strip() == comm:
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+async def server_pids(connection: asyncpg.Connection) -> dict[str, list[int]]:
+    """The servers every system shares, when they run on this machine: PostgreSQL (the
+    postmaster of the driver's own backend) and RabbitMQ (every `beam.smp`)."""
+    backend = await connection.fetchval("SELECT pg_backend_pid()")
+    pids: dict[str, list[int]] = {"RabbitMQ": processes_named("beam.smp")}
+    postmaster = _parent(backend)
+    if postmaster is not None:  # else not on this machine (a container, another host)
+        pids["PostgreSQL"] = [postmaster]
+    return pids
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_snapshot(parts: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds of each part (its processes' trees) now; parts that are gone are left
+    out."""
+    snapshot = {}
+    for name, pids in parts.items():
+        seconds = [tree_cpu_seconds(pid) for pid in pids]
+        if pids and all(s is not None for s in seconds):
+            snapshot[name] = sum(s for s in seconds if s is not None)
+    return snapshot
+
+
+def cpu_per_job(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, float]:
+    """`cpu_ms_per_job:<part>` for each part read at both ends, plus `all`."""
+    spent = {name: after[name] - before[name] for name in before if name in after}
+    if jobs <= 0 or not spent:
+        return {}
+    per_job = {f"{CPU_PREFIX}{name}": round(s * 1000 / jobs, 3) for name, s in spent.items()}
+    per_job[f"{CPU_PREFIX}all"] = round(sum(spent.values()) * 1000 / jobs, 3)
+    return per_job

@@ -67,6 +67,9 @@ class DramatiqPeer:
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
         return None
 
+    def side_processes(self) -> dict[str, list[int]]:
+        return {}
+
     async def close(self) -> None:
         dramatiq.get_broker().close()
 

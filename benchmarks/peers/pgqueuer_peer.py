@@ -47,6 +47,9 @@ class PgqueuerPeer:
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
         return None
 
+    def side_processes(self) -> dict[str, list[int]]:
+        return {}
+
     async def close(self) -> None:
         if self._connection is not None:
             await self._connection.close()

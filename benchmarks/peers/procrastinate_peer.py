@@ -60,6 +60,9 @@ class ProcrastinatePeer:
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
         return None
 
+    def side_processes(self) -> dict[str, list[int]]:
+        return {}
+
     async def close(self) -> None:
         if self._opened:
             await self.app.close_async()

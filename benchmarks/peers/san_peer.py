@@ -104,6 +104,10 @@ class SanPeer:
         relay = Path(sys.executable).with_name("san-relay")
         self._relay = spawn([str(relay)], env=_service_env(self.database_url, self.amqp_url))
 
+    def side_processes(self) -> dict[str, list[int]]:
+        """Processes besides the worker whose CPU a job costs (run_scenario counts it)."""
+        return {"relay": [self._relay.pid]} if self._relay is not None else {}
+
     def start_worker(self) -> subprocess.Popen[bytes]:
         return spawn(
             [
