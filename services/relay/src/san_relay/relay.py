@@ -31,7 +31,7 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 from aiormq import spec
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from san_common import metrics, tracing
 from san_common.broker.connect import connect_robust
@@ -63,6 +63,14 @@ class Relay:
     ) -> None:
         self._settings = settings
         self._sessions = session_factory
+        engine = session_factory.kw["bind"]
+        assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
+        # the rounds run on plain connections: they use no ORM, and a session is a layer of
+        # greenlet switches and state on every call of the relay's hottest loop
+        self._engine = engine
+        # when the earliest row scheduled for later becomes due (monotonic), as of the last
+        # claim; a row scheduled after it is inserted with a NOTIFY, which wakes the relay
+        self._next_due: float | None = None
         self._topology = topology
         self._wakeup = asyncio.Event()
         self._exchanges: set[str] = set()
@@ -164,15 +172,21 @@ class Relay:
 
     async def publish_once(self, channel: AbstractChannel) -> int:
         """Publish one batch; returns how many rows were confirmed and marked."""
-        async with self._sessions() as session, session.begin():
-            rows = await repository.claim_unpublished(session, self._settings.relay_batch_size)
+        async with self._engine.begin() as connection:
+            batch = await repository.claim_unpublished(connection, self._settings.relay_batch_size)
+            self._next_due = (
+                None
+                if batch.next_due_seconds is None
+                else time.monotonic() + batch.next_due_seconds
+            )
+            rows = batch.rows
             if not rows:
                 return 0
             confirmed, first_error = await self._publish(channel, rows)
             if not confirmed:  # nothing got through: a failed round, so the loop backs off
                 metrics.OUTBOX_PUBLISH_FAILURES.inc(len(rows))
                 raise RoundFailed(f"broker confirmed none of {len(rows)} messages: {first_error}")
-            await repository.mark_published(session, confirmed)
+            await repository.mark_published(connection, confirmed)
         metrics.OUTBOX_PUBLISHED.inc(len(confirmed))
         confirmed_at, confirmed_ids = datetime.now(UTC), set(confirmed)
         for row in rows:
@@ -278,13 +292,8 @@ class Relay:
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         timeout = self._settings.relay_poll_seconds
-        try:
-            async with self._sessions() as session:
-                next_due = await repository.seconds_until_next_due(session)
-        except Exception:  # the round after the poll will tell
-            next_due = None
-        if next_due is not None:
-            timeout = min(timeout, next_due + 0.01)
+        if self._next_due is not None:  # a row scheduled for later, as the last claim saw
+            timeout = min(timeout, max(0.0, self._next_due - time.monotonic()) + 0.01)
         try:
             await _first_set(self._wakeup, stop, within=timeout)
         finally:
