@@ -30,6 +30,7 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
+RELAY_REPO = "services/relay/src/san_relay/repository.py"
 EDGE = "services/api/src/san_api/edge.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
@@ -241,6 +242,36 @@ MUTATIONS = (
         (
             "tests/relay/test_relay.py::"
             "test_under_a_backlog_rounds_overlap_and_publish_each_row_once[2]",
+        ),
+    ),
+    Mutation(
+        "relay-ignores-next-due",
+        "the relay sleeps to the poll, not to the time its claim said a row falls due",
+        (
+            Edit(
+                RELAY,
+                "        if self._next_due is not None:",
+                "        if False and self._next_due is not None:",
+            ),
+        ),
+        (
+            "tests/relay/test_relay.py::"
+            "test_a_row_scheduled_for_later_is_published_when_due_not_at_the_poll",
+        ),
+    ),
+    Mutation(
+        "relay-publishes-early",
+        "the relay's claim takes rows that are not due yet",
+        (
+            Edit(
+                RELAY_REPO,
+                "    WHERE published_at IS NULL AND available_at <= now()\n    ORDER BY id",
+                "    WHERE published_at IS NULL\n    ORDER BY id",
+            ),
+        ),
+        (
+            "tests/relay/test_relay.py::"
+            "test_a_row_scheduled_for_later_is_published_when_due_not_at_the_poll",
         ),
     ),
     Mutation(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from datetime import timedelta
 
 import aio_pika
@@ -13,6 +14,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.broker.topology import Topology, declare_topology
+from san_common.jobs.registration import register_job_in_transaction
 from san_common.jobs.types import JobType
 from san_common.models import OutboxMessage
 from san_relay.relay import RoundFailed
@@ -111,6 +113,52 @@ async def test_wakes_on_notify_without_waiting_for_the_poll(
     finally:
         stop.set()
         await task
+
+
+async def test_a_row_scheduled_for_later_is_published_when_due_not_at_the_poll(
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # A retry's message is written due later, and its NOTIFY wakes the relay too early:
+    # the round finds nothing due and must wake by itself when the row falls due, since
+    # nothing else will before the poll (an hour here).
+    relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_poll_seconds=3600)
+    stop = asyncio.Event()
+    task = asyncio.create_task(relay.run(stop))
+    try:
+        await relay.ready.wait()
+        user_id = uuid.uuid4()
+        async with fresh_sessions() as session, session.begin():
+            job_ids = [
+                (
+                    await register_job_in_transaction(
+                        session,
+                        job_type=JobType.CARD_ANALYSIS,
+                        target_id=uuid.uuid4(),
+                        user_id=user_id,
+                    )
+                ).job_id
+                for _ in range(3)
+            ]
+            # due in 1.5 s, in the same transaction: the commit's NOTIFY finds none due
+            await session.execute(
+                update(OutboxMessage).values(available_at=func.now() + timedelta(seconds=1.5))
+            )
+        await eventually(lambda: _zero(fresh_sessions), within=15, what="the due-time publish")
+        bodies = await _queue_messages(amqp_url, topology.queue_name(JobType.CARD_ANALYSIS), 3)
+        async with fresh_sessions() as session:
+            early = await session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(OutboxMessage.published_at < OutboxMessage.available_at)
+            )
+    finally:
+        stop.set()
+        await task
+    assert {b["job_id"] for b in bodies} == {str(j) for j in job_ids}
+    assert early == 0, "a row went out before it was due"
 
 
 @pytest.mark.parametrize("rounds", [1, 2])
