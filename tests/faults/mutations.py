@@ -84,7 +84,7 @@ MUTATIONS = (
             Edit(
                 STORE,
                 "if not await jobs.complete(session, claim.job.job_id, claim.try_no):\n"
-                "                    raise _LeaseLost\n",
+                "                        raise _LeaseLost\n",
                 "await jobs.complete(session, claim.job.job_id, claim.try_no)\n",
             ),
             Edit(
