@@ -128,7 +128,7 @@ async def test_a_row_scheduled_for_later_is_published_when_due_not_at_the_poll(
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
-        await relay.ready.wait()
+        await asyncio.wait_for(relay.ready.wait(), 20)
         user_id = uuid.uuid4()
         async with fresh_sessions() as session, session.begin():
             job_ids = [

@@ -31,14 +31,14 @@ from aio_pika.abc import (
     AbstractRobustConnection,
 )
 from aiormq import spec
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics, tracing
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import Topology, declare_topology
 from san_common.cli import describe
-from san_common.db.engine import plain_url
+from san_common.db.engine import bound_engine, plain_url
 from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
 from san_relay.repository import Pending
@@ -63,11 +63,9 @@ class Relay:
     ) -> None:
         self._settings = settings
         self._sessions = session_factory
-        engine = session_factory.kw["bind"]
-        assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
         # the rounds run on plain connections: they use no ORM, and a session is a layer of
         # greenlet switches and state on every call of the relay's hottest loop
-        self._engine = engine
+        self._engine = bound_engine(session_factory)
         # when the earliest row scheduled for later becomes due (monotonic), as of the last
         # claim; a row scheduled after it is inserted with a NOTIFY, which wakes the relay
         self._next_due: float | None = None

@@ -62,3 +62,11 @@ def create_engine(
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+def bound_engine(session_factory: async_sessionmaker[AsyncSession]) -> AsyncEngine:
+    """The engine a session factory is bound to, for the hot paths that use no ORM and
+    run their statements on a plain connection."""
+    engine = session_factory.kw["bind"]
+    assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
+    return engine

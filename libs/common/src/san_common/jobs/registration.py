@@ -12,9 +12,10 @@ import uuid
 from dataclasses import dataclass
 
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from san_common import metrics
+from san_common.db.engine import bound_engine
 from san_common.jobs import registry
 from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
 from san_common.jobs.types import ACTIVE_STATUSES
@@ -118,10 +119,8 @@ async def register_job(
             return await register_job_in_transaction(
                 session, job_type=job_type, target_id=target_id, user_id=user_id, attempt=attempt
             )
-    engine = session_factory.kw["bind"]
-    assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
     # One statement is the whole registration: atomic without a transaction around it.
-    async with engine.connect() as connection:
+    async with bound_engine(session_factory).connect() as connection:
         connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
         registered = await _insert(connection, job_type, target_id, user_id, attempt)
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from san_common.db.engine import bound_engine
 from san_common.errors import is_connection_loss, is_contention
 from san_common.jobs import registry
 from san_common.jobs import repository as jobs
@@ -146,9 +147,7 @@ class SqlJobStore:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], *, max_batch: int = 100) -> None:
         self._sessions = sessions
-        engine = sessions.kw["bind"]
-        assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
-        self._engine = engine
+        self._engine = bound_engine(sessions)
         self._claims: Batcher[_ClaimAsk, Claim | JobState | None] = Batcher(
             self._claim_batch, max_size=max_batch, abandoned=self._release_abandoned
         )
