@@ -149,6 +149,55 @@ async def test_database_down_is_503_and_the_same_connection_works_when_it_is_bac
             await connection.aclose()
 
 
+@pytest.mark.parametrize("limits", [False, True], ids=["limits-off", "limits-on"])
+async def test_terminated_database_connections_cost_one_503_not_one_per_pooled_connection(
+    db_url: str, amqp_url: str, limits: bool
+) -> None:
+    """`POST /scraps` runs on the asyncpg connection under a pooled one, which SQLAlchemy
+    does not watch: a lost connection must still retire the whole pool at once, as
+    SQLAlchemy does for the statements it runs. With the limits off nothing else touches
+    the pool (with them on, the rate limiter's own statement runs through SQLAlchemy
+    first)."""
+    headers = {**_bearer("terminated-" + uuid.uuid4().hex), "Content-Type": "application/json"}
+
+    def scrap(text: str) -> bytes:
+        return json.dumps({"content": text}).encode()
+
+    async with served(api_settings(db_url, amqp_url, rate_limit_enabled=limits)) as url:
+        connections = [await Connection.open(url) for _ in range(8)]
+        try:
+            warm = await asyncio.gather(
+                *(
+                    c.request("POST", "/scraps", headers, scrap(f"warm {i}"))
+                    for i, c in enumerate(connections)
+                )
+            )
+            assert [a.status for a in warm] == [202] * 8
+            admin = await asyncpg.connect(plain_url(db_url))
+            try:
+                killed = await admin.fetchval(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            finally:
+                await admin.close()
+            assert killed >= 3  # the pool held several connections: the case under test
+
+            answers = [
+                await connections[0].request("POST", "/scraps", headers, scrap(f"after {i}"))
+                for i in range(12)
+            ]
+            lost = [a for a in answers if a.status != 202]
+            assert len(lost) <= 1, [(a.status, a.body) for a in answers]
+            print("STATUSES", [a.status for a in answers], killed)
+            for answer in lost:
+                assert answer.status == 503 and answer.json()["code"] == "DATABASE_UNAVAILABLE"
+            assert (await connections[0].request("GET", "/me", headers)).status == 200
+        finally:
+            for connection in connections:
+                await connection.aclose()
+
+
 # -- answers --------------------------------------------------------------------------------
 
 

@@ -38,6 +38,12 @@ GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
+API_DEPS = "services/api/src/san_api/deps.py"
+API_ERRORS = "services/api/src/san_api/errors.py"
+TERMINATED = (
+    "tests/api/test_edge.py::"
+    "test_terminated_database_connections_cost_one_503_not_one_per_pooled_connection[limits-off]"
+)
 
 
 @dataclass(frozen=True)
@@ -334,6 +340,45 @@ MUTATIONS = (
             "test_a_token_is_kept_until_its_expiry_or_the_ttl_whichever_comes_first",
             "tests/api/test_token_cache.py::test_a_cached_token_is_refused_once_it_expires",
         ),
+    ),
+    Mutation(
+        "api-connection-commits-a-failure",
+        "ConnectionDep commits a request that failed half-way instead of rolling it back",
+        (
+            Edit(
+                API_DEPS,
+                "            except BaseException:\n                await transaction.rollback()",
+                "            except BaseException:\n                await transaction.commit()",
+            ),
+        ),
+        (
+            "tests/api/test_commit_before_reply.py::"
+            "test_an_error_after_a_write_on_the_connection_takes_the_write_back",
+        ),
+    ),
+    Mutation(
+        "api-pool-kept-after-loss",
+        "a connection lost under ConnectionDep retires only itself, not the pool opened with it",
+        (
+            Edit(
+                API_DEPS,
+                "            if database_unavailable(exc) is not None:\n",
+                "            if False:\n",
+            ),
+        ),
+        (TERMINATED,),
+    ),
+    Mutation(
+        "api-closed-connection-is-500",
+        "asyncpg's 'connection is closed' is not seen as a lost database (500, pool kept)",
+        (
+            Edit(
+                API_ERRORS,
+                'isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str',
+                'isinstance(current, asyncpg.InterfaceError) and "never" in str',
+            ),
+        ),
+        (TERMINATED,),
     ),
 )
 

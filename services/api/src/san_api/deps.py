@@ -1,20 +1,23 @@
 """Request dependencies. The session dependency owns the transaction: it commits when the
 endpoint returns (before the response is sent) and rolls back when it raises, so a request
-writes all or nothing."""
+writes all or nothing. The connection dependency does the same on an asyncpg connection,
+for the hot write path that runs no ORM session (`POST /scraps`)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated
 
+import asyncpg
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from san_api.auth.tokens import InvalidToken, TokenVerifier
-from san_api.errors import AppError, Unauthorized
+from san_api.errors import AppError, Unauthorized, database_unavailable
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
 from san_api.users.cache import ProvisionedUsers
@@ -35,6 +38,39 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
             await session.commit()
 
 
+async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
+    """The request's transaction on the asyncpg connection under a pooled SQLAlchemy one
+    (one pool for the process). A `POST /scraps` spent more of its CPU in the ORM session
+    and SQLAlchemy's statement machinery than in everything else it does
+    (docs/performance.md); its few statements are named SQL and need neither."""
+    engine: AsyncEngine = request.app.state.engine
+    async with engine.connect() as pooled:
+        connection: asyncpg.Connection = (await pooled.get_raw_connection()).driver_connection
+        try:
+            transaction = connection.transaction()  # raises at once for a closed connection
+            await transaction.start()
+            try:
+                yield connection
+            except AppError as exc:
+                await (transaction.commit() if exc.keep_writes else transaction.rollback())
+                raise
+            except BaseException:
+                await transaction.rollback()
+                raise
+            await transaction.commit()
+        except BaseException as exc:
+            # SQLAlchemy saw none of these statements, so it cannot tell that the connection
+            # died or was left inside a transaction (a cancelled rollback): never pool it
+            # again. A lost server is what SQLAlchemy's own disconnect handling assumes it
+            # to be: every connection of the pool opened before now is suspect, recycled at
+            # its next checkout, so a restart costs one 503, not one per pooled connection.
+            if database_unavailable(exc) is not None:
+                engine.sync_engine.pool._invalidate(await pooled.get_raw_connection(), exc)
+            elif connection.is_closed() or connection.is_in_transaction():
+                await pooled.invalidate()
+            raise
+
+
 async def get_settings(request: Request) -> ApiSettings:
     # async: FastAPI runs a plain `def` dependency in a worker thread, for every request
     settings: ApiSettings = request.app.state.settings
@@ -44,6 +80,7 @@ async def get_settings(request: Request) -> ApiSettings:
 # scope="function": commit when the endpoint returns, *before* the response is sent (the
 # default, "request", commits after it), so a 202 is only ever sent for committed rows.
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+ConnectionDep = Annotated[asyncpg.Connection, Depends(get_connection, scope="function")]
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 
 _bearer = HTTPBearer(auto_error=False)
@@ -73,13 +110,28 @@ SubjectDep = Annotated[str, Depends(get_subject)]
 
 
 async def get_current_user(request: Request, session: SessionDep, subject: SubjectDep) -> Principal:
+    return await _principal(request, subject, partial(users.provision, session, subject))
+
+
+async def get_current_user_on_connection(
+    request: Request, connection: ConnectionDep, subject: SubjectDep
+) -> Principal:
+    return await _principal(request, subject, partial(users.provision_on, connection, subject))
+
+
+async def _principal(
+    request: Request, subject: str, provision: Callable[[], Awaitable[tuple[uuid.UUID, bool]]]
+) -> Principal:
     known: ProvisionedUsers = request.app.state.provisioned_users
     user_id = known.get(subject)
-    if user_id is None:  # the session connects only here, on a subject not seen before
-        user_id, created = await users.provision(session, subject)
+    if user_id is None:  # the transaction connects only here, on a subject not seen before
+        user_id, created = await provision()
         if not created:  # committed already; one created now is remembered next time
             known.remember(subject, user_id)
     return Principal(user_id, subject)
 
 
 CurrentUser = Annotated[Principal, Depends(get_current_user)]
+# The user, provisioned in the request's transaction on ConnectionDep (a user row created
+# in another transaction would hold the scrap's foreign key waiting on this one).
+CurrentUserOnConnection = Annotated[Principal, Depends(get_current_user_on_connection)]

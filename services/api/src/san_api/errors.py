@@ -222,6 +222,10 @@ def database_unavailable(exc: BaseException) -> str | None:
             return "The database is unavailable; retry later"
         if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
             return "The database connection was lost; retry later"
+        # what asyncpg raises for a connection that died while pooled (SQLAlchemy's asyncpg
+        # dialect recognizes it by the same words); seen outside SQLAlchemy by ConnectionDep
+        if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
+            return "The database connection was lost; retry later"
         if isinstance(current, OSError) and _raised_in_db_client(current):
             return "The database is unavailable; retry later"
         current = current.__cause__ or current.__context__

@@ -19,7 +19,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import _get_api_route_for_openapi, get_openapi
 
 from san_api.errors import PROBLEM_JSON, AppError
-from san_api.limits.dependencies import ActiveJobQuota, RateLimit
+from san_api.limits.dependencies import JobQuota, RateLimit
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -113,8 +113,7 @@ def _limited_operations(routes: Sequence[Any]) -> set[tuple[str, str]]:
 
 def _has_limits(dependant: Dependant) -> bool:
     return any(
-        isinstance(d.call, RateLimit | ActiveJobQuota) or _has_limits(d)
-        for d in dependant.dependencies
+        isinstance(d.call, RateLimit | JobQuota) or _has_limits(d) for d in dependant.dependencies
     )
 
 

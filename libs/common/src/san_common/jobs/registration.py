@@ -2,7 +2,9 @@
 
 Two modes, as in the seed (SPEC §2.3):
 - `register_job_in_transaction` joins the caller's open transaction (the seed's MANDATORY)
-  and raises `TransactionRequired` if there is none;
+  and raises `TransactionRequired` if there is none; `register_job_on_connection` is the
+  same for a caller whose transaction is on an asyncpg connection (the API's hot write
+  path, which runs no ORM session);
 - `register_job` opens and commits a transaction of its own (the seed's REQUIRES_NEW).
 """
 
@@ -11,15 +13,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select, text
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from san_common import metrics
 from san_common.db.engine import bound_engine
 from san_common.jobs import registry
+from san_common.jobs.envelope import JobMessage
 from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
-from san_common.jobs.types import ACTIVE_STATUSES
-from san_common.models import AsyncJob
 
 __all__ = [
     "JOBS_EXCHANGE",
@@ -30,6 +31,7 @@ __all__ = [
     "lock_user",
     "register_job",
     "register_job_in_transaction",
+    "register_job_on_connection",
 ]
 
 
@@ -82,27 +84,48 @@ async def register_job_in_transaction(
             "register_job_in_transaction needs an open transaction; use register_job instead"
         )
     spec = registry.spec_for(job_type)
+    connection = await session.connection()
     if spec.user_lock is not None:
         # The job type's per-user rule (one active TIL_GENERATION per user) needs every
         # registration for the user serialized; a caller that checked the rule under the
         # lock already holds it (advisory locks are re-entrant within a transaction).
         await lock_user(session, spec.user_lock, user_id)
-        active = await session.scalar(
-            select(AsyncJob.job_id)
-            .where(
-                AsyncJob.user_id == user_id,
-                AsyncJob.job_type == str(job_type),
-                AsyncJob.status.in_([s.value for s in ACTIVE_STATUSES]),
-            )
-            .limit(1)
-        )
+        found = await connection.exec_driver_sql(_ACTIVE_FOR_USER, (user_id, str(job_type)))
+        active = found.scalar()
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    registered = await _insert(await session.connection(), job_type, target_id, user_id, attempt)
+    registered = await _insert(connection, job_type, target_id, user_id, attempt)
     # Counted when added to the transaction: a caller that rolls back afterwards (rare:
     # the caller's own later failure) is counted too.
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
+
+
+async def register_job_on_connection(
+    connection: asyncpg.Connection,
+    *,
+    job_type: str,
+    target_id: uuid.UUID,
+    user_id: uuid.UUID,
+    attempt: int = 1,
+) -> RegisteredJob:
+    """`register_job_in_transaction` for a transaction on an asyncpg connection: the same
+    statements, the same rules, the same errors."""
+    if not connection.is_in_transaction():
+        raise TransactionRequired(
+            "register_job_on_connection needs an open transaction; use register_job instead"
+        )
+    spec = registry.spec_for(job_type)
+    if spec.user_lock is not None:  # see register_job_in_transaction
+        await connection.execute(_LOCK_USER, f"{spec.user_lock}{user_id}")
+        active = await connection.fetchval(_ACTIVE_FOR_USER, user_id, str(job_type))
+        if active is not None:
+            raise ActiveJobForUser(job_type, target_id, active)
+    message = _new_message(job_type, target_id, user_id, attempt)
+    if await connection.fetchval(_REGISTER, *_register_params(message)) is None:
+        raise DuplicateActiveJob(job_type, target_id)
+    metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
+    return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
 
 
 async def register_job(
@@ -144,6 +167,40 @@ RETURNING id
 """
 
 
+_LOCK_USER = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+_ACTIVE_FOR_USER = """
+SELECT job_id FROM async_jobs
+WHERE user_id = $1 AND job_type = $2 AND status IN ('PENDING', 'PROCESSING')
+LIMIT 1
+"""
+
+
+def _new_message(
+    job_type: str, target_id: uuid.UUID, user_id: uuid.UUID, attempt: int
+) -> JobMessage:
+    registry.spec_for(job_type)  # an unknown job type is refused before anything is written
+    return new_job_message(
+        job_id=uuid.uuid4(),
+        job_type=str(job_type),
+        target_id=target_id,
+        user_id=user_id,
+        attempt=attempt,
+    )
+
+
+def _register_params(message: JobMessage) -> tuple[object, ...]:
+    return (
+        message.job_id,
+        message.job_type,
+        message.target_id,
+        message.user_id,
+        message.attempt,
+        message.message_id,
+        JOBS_EXCHANGE,
+        message.model_dump_json(),
+    )
+
+
 async def _insert(
     connection: AsyncConnection,
     job_type: str,
@@ -151,27 +208,8 @@ async def _insert(
     user_id: uuid.UUID,
     attempt: int,
 ) -> RegisteredJob:
-    registry.spec_for(job_type)  # an unknown job type is refused before anything is written
-    message = new_job_message(
-        job_id=uuid.uuid4(),
-        job_type=str(job_type),
-        target_id=target_id,
-        user_id=user_id,
-        attempt=attempt,
-    )
-    result = await connection.exec_driver_sql(
-        _REGISTER,
-        (
-            message.job_id,
-            message.job_type,
-            target_id,
-            user_id,
-            attempt,
-            message.message_id,
-            JOBS_EXCHANGE,
-            message.model_dump_json(),
-        ),
-    )
+    message = _new_message(job_type, target_id, user_id, attempt)
+    result = await connection.exec_driver_sql(_REGISTER, _register_params(message))
     if result.first() is None:
         raise DuplicateActiveJob(job_type, target_id)
     return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
@@ -181,7 +219,5 @@ async def lock_user(session: AsyncSession, namespace: str, user_id: uuid.UUID) -
     """Wait for, then hold until the end of the caller's transaction, the advisory lock
     `namespace` + user. Keys are 64-bit hashes: a collision only makes two users wait for
     each other."""
-    await session.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-        {"key": f"{namespace}{user_id}"},
-    )
+    connection = await session.connection()
+    await connection.exec_driver_sql(_LOCK_USER, (f"{namespace}{user_id}",))

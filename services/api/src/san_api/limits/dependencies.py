@@ -15,9 +15,17 @@ from typing import Any
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from san_api.deps import CurrentUser, SessionDep, SettingsDep, SubjectDep
+from san_api.deps import (
+    ConnectionDep,
+    CurrentUser,
+    CurrentUserOnConnection,
+    SessionDep,
+    SettingsDep,
+    SubjectDep,
+)
 from san_api.errors import RateLimited, TooManyActiveJobs
 from san_api.limits import repository
+from san_api.settings import ApiSettings
 
 
 class RateLimit:
@@ -49,18 +57,14 @@ class RateLimit:
         )
 
 
-class ActiveJobQuota:
+class JobQuota:
     """At most `ACTIVE_JOBS_MAX_PER_USER` PENDING/PROCESSING jobs per user."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
 
-    async def __call__(self, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> None:
+    def refuse_beyond_cap(self, active: int, settings: ApiSettings) -> None:
         cap = settings.active_jobs_max_per_user
-        if not settings.rate_limit_enabled:
-            return
-        await repository.lock_user_jobs(session, user.user_id)
-        active = await repository.count_active_jobs(session, user.user_id)
         if active + self.jobs > cap:
             wait = settings.active_jobs_retry_after_seconds
             raise TooManyActiveJobs(
@@ -73,6 +77,29 @@ class ActiveJobQuota:
             )
 
 
-def job_limits(bucket: str, *, jobs: int = 1) -> list[Any]:
-    """The route dependencies of a job-creating endpoint (`jobs`: how many it registers)."""
-    return [Depends(RateLimit(bucket)), Depends(ActiveJobQuota(jobs))]
+class ActiveJobQuota(JobQuota):
+    async def __call__(self, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> None:
+        if not settings.rate_limit_enabled:
+            return
+        await repository.lock_user_jobs(session, user.user_id)
+        self.refuse_beyond_cap(await repository.count_active_jobs(session, user.user_id), settings)
+
+
+class ActiveJobQuotaOnConnection(JobQuota):
+    """`ActiveJobQuota` in the request's transaction on `ConnectionDep`."""
+
+    async def __call__(
+        self, user: CurrentUserOnConnection, connection: ConnectionDep, settings: SettingsDep
+    ) -> None:
+        if not settings.rate_limit_enabled:
+            return
+        await repository.lock_user_jobs_on(connection, user.user_id)
+        active = await repository.count_active_jobs_on(connection, user.user_id)
+        self.refuse_beyond_cap(active, settings)
+
+
+def job_limits(bucket: str, *, jobs: int = 1, on_connection: bool = False) -> list[Any]:
+    """The route dependencies of a job-creating endpoint (`jobs`: how many it registers;
+    `on_connection`: its transaction is `ConnectionDep`, not `SessionDep`)."""
+    quota = ActiveJobQuotaOnConnection(jobs) if on_connection else ActiveJobQuota(jobs)
+    return [Depends(RateLimit(bucket)), Depends(quota)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -52,18 +53,24 @@ async def tokens_now(
 async def lock_user_jobs(session: AsyncSession, user_id: uuid.UUID) -> None:
     """Serialize this user's job-creating requests until the request's transaction ends, so
     a count of active jobs stays true until the new ones are inserted."""
-    await session.execute(
-        text("SELECT pg_advisory_xact_lock(hashtextextended('san-active-jobs:' || :user_id, 0))"),
-        {"user_id": str(user_id)},
-    )
+    await (await session.connection()).exec_driver_sql(_LOCK_USER_JOBS, (str(user_id),))
 
 
 async def count_active_jobs(session: AsyncSession, user_id: uuid.UUID) -> int:
-    count = await session.scalar(
-        text(
-            "SELECT count(*) FROM async_jobs"
-            " WHERE user_id = :user_id AND status IN ('PENDING', 'PROCESSING')"
-        ),
-        {"user_id": user_id},
-    )
-    return int(count or 0)
+    found = await (await session.connection()).exec_driver_sql(_COUNT_ACTIVE, (user_id,))
+    return int(found.scalar() or 0)
+
+
+async def lock_user_jobs_on(connection: asyncpg.Connection, user_id: uuid.UUID) -> None:
+    """`lock_user_jobs` in a transaction on an asyncpg connection."""
+    await connection.execute(_LOCK_USER_JOBS, str(user_id))
+
+
+async def count_active_jobs_on(connection: asyncpg.Connection, user_id: uuid.UUID) -> int:
+    return int(await connection.fetchval(_COUNT_ACTIVE, user_id) or 0)
+
+
+_LOCK_USER_JOBS = "SELECT pg_advisory_xact_lock(hashtextextended('san-active-jobs:' || $1, 0))"
+_COUNT_ACTIVE = (
+    "SELECT count(*) FROM async_jobs WHERE user_id = $1 AND status IN ('PENDING', 'PROCESSING')"
+)

@@ -1,43 +1,42 @@
+"""The scrap queries of `POST /scraps`, as named SQL on the request's asyncpg connection
+(the API's hot write path: docs/performance.md)."""
+
 from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import exists, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from san_common.models import KnowledgeCard, Scrap
+import asyncpg
 
 
 async def insert_if_absent(
-    session: AsyncSession, user_id: uuid.UUID, content: str, content_hash: str
+    connection: asyncpg.Connection, user_id: uuid.UUID, content: str, content_hash: str
 ) -> uuid.UUID | None:
     """Insert the scrap unless the user already has this content; None if they do.
 
     Concurrent identical inserts serialize on the unique index: the loser waits for the
     winner's commit and then sees the conflict.
     """
-    connection = await session.connection()
-    result = await connection.exec_driver_sql(_INSERT_IF_ABSENT, (user_id, content, content_hash))
-    scrap_id: uuid.UUID | None = result.scalar()
+    scrap_id: uuid.UUID | None = await connection.fetchval(
+        _INSERT_IF_ABSENT, user_id, content, content_hash
+    )
     return scrap_id
 
 
-# Written as SQL, prepared once per connection: the ORM's insert machinery cost more of a
-# `POST /scraps` than the statement did (docs/performance.md).
+async def find_by_hash(
+    connection: asyncpg.Connection, user_id: uuid.UUID, content_hash: str
+) -> uuid.UUID | None:
+    scrap_id: uuid.UUID | None = await connection.fetchval(_FIND_BY_HASH, user_id, content_hash)
+    return scrap_id
+
+
+async def has_card(connection: asyncpg.Connection, scrap_id: uuid.UUID) -> bool:
+    return bool(await connection.fetchval(_HAS_CARD, scrap_id))
+
+
 _INSERT_IF_ABSENT = """
 INSERT INTO scraps (user_id, content, content_hash) VALUES ($1, $2, $3)
 ON CONFLICT (user_id, content_hash) DO NOTHING
 RETURNING id
 """
-
-
-async def find_by_hash(
-    session: AsyncSession, user_id: uuid.UUID, content_hash: str
-) -> uuid.UUID | None:
-    return await session.scalar(
-        select(Scrap.id).where(Scrap.user_id == user_id, Scrap.content_hash == content_hash)
-    )
-
-
-async def has_card(session: AsyncSession, scrap_id: uuid.UUID) -> bool:
-    return bool(await session.scalar(select(exists().where(KnowledgeCard.scrap_id == scrap_id))))
+_FIND_BY_HASH = "SELECT id FROM scraps WHERE user_id = $1 AND content_hash = $2"
+_HAS_CARD = "SELECT EXISTS (SELECT 1 FROM knowledge_cards WHERE scrap_id = $1)"

@@ -7,11 +7,11 @@ import unicodedata
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
+import asyncpg
 
 from san_api.errors import ContentTooLarge, ValidationFailed
 from san_api.scraps import repository
-from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
+from san_common.jobs.registration import DuplicateActiveJob, register_job_on_connection
 from san_common.jobs.types import JobType
 
 
@@ -46,7 +46,7 @@ def content_hash(normalized: str) -> str:
 
 
 async def save_scrap(
-    session: AsyncSession, user_id: uuid.UUID, raw_content: str, *, max_bytes: int
+    connection: asyncpg.Connection, user_id: uuid.UUID, raw_content: str, *, max_bytes: int
 ) -> SavedScrap:
     content = normalize(raw_content)
     if not content:
@@ -66,23 +66,23 @@ async def save_scrap(
         raise ValidationFailed("content must not contain NUL characters")
 
     digest = content_hash(content)
-    scrap_id = await repository.insert_if_absent(session, user_id, content, digest)
+    scrap_id = await repository.insert_if_absent(connection, user_id, content, digest)
     if scrap_id is not None:
-        analysis = await register_job_in_transaction(
-            session, job_type=JobType.CARD_ANALYSIS, target_id=scrap_id, user_id=user_id
+        analysis = await register_job_on_connection(
+            connection, job_type=JobType.CARD_ANALYSIS, target_id=scrap_id, user_id=user_id
         )
-        refine = await register_job_in_transaction(
-            session, job_type=JobType.SCRAP_REFINE, target_id=scrap_id, user_id=user_id
+        refine = await register_job_on_connection(
+            connection, job_type=JobType.SCRAP_REFINE, target_id=scrap_id, user_id=user_id
         )
         return SavedScrap(scrap_id, analysis.job_id, refine.job_id, duplicate=False)
 
-    existing = await repository.find_by_hash(session, user_id, digest)
+    existing = await repository.find_by_hash(connection, user_id, digest)
     assert existing is not None  # the conflicting row is committed: ON CONFLICT waited for it
     analysis_job_id = None
-    if not await repository.has_card(session, existing):
+    if not await repository.has_card(connection, existing):
         try:
-            registered = await register_job_in_transaction(
-                session, job_type=JobType.CARD_ANALYSIS, target_id=existing, user_id=user_id
+            registered = await register_job_on_connection(
+                connection, job_type=JobType.CARD_ANALYSIS, target_id=existing, user_id=user_id
             )
             analysis_job_id = registered.job_id
         except DuplicateActiveJob:
