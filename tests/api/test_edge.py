@@ -20,6 +20,7 @@ import pytest
 from san_api import edge
 from san_api.app import create_app
 from san_api.auth.tokens import mint
+from san_api.errors import database_unavailable
 from san_api.settings import ApiSettings
 from san_common.db.engine import plain_url
 from san_common.db.migrate import upgrade
@@ -153,49 +154,64 @@ async def test_database_down_is_503_and_the_same_connection_works_when_it_is_bac
 async def test_terminated_database_connections_cost_one_503_not_one_per_pooled_connection(
     db_url: str, amqp_url: str, limits: bool
 ) -> None:
-    """`POST /scraps` runs on the asyncpg connection under a pooled one, which SQLAlchemy
-    does not watch: a lost connection must still retire the whole pool at once, as
-    SQLAlchemy does for the statements it runs. With the limits off nothing else touches
-    the pool (with them on, the rate limiter's own statement runs through SQLAlchemy
-    first)."""
+    """`POST /scraps` runs on the API's asyncpg pool, outside SQLAlchemy's disconnect
+    handling: when the server drops every connection, one request may meet a dead one
+    (503, never 500) and the pool must then replace the others, as SQLAlchemy would,
+    rather than let each fail a request of its own. The backends die a moment after
+    `pg_terminate_backend` returns, so whether a second request would meet a dead one is
+    a race: five rounds make it one the test sees. With the limits off nothing but the
+    request's transaction touches a pool."""
     headers = {**_bearer("terminated-" + uuid.uuid4().hex), "Content-Type": "application/json"}
+    counter = iter(range(1_000_000))
 
-    def scrap(text: str) -> bytes:
-        return json.dumps({"content": text}).encode()
+    def scrap() -> bytes:
+        return json.dumps({"content": f"scrap {next(counter)}"}).encode()
 
     async with served(api_settings(db_url, amqp_url, rate_limit_enabled=limits)) as url:
         connections = [await Connection.open(url) for _ in range(8)]
+        admin = await asyncpg.connect(plain_url(db_url))
         try:
-            warm = await asyncio.gather(
-                *(
-                    c.request("POST", "/scraps", headers, scrap(f"warm {i}"))
-                    for i, c in enumerate(connections)
+            for _ in range(5):
+                warm = await asyncio.gather(
+                    *(c.request("POST", "/scraps", headers, scrap()) for c in connections)
                 )
-            )
-            assert [a.status for a in warm] == [202] * 8
-            admin = await asyncpg.connect(plain_url(db_url))
-            try:
+                assert [a.status for a in warm] == [202] * 8
                 killed = await admin.fetchval(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
-            finally:
-                await admin.close()
-            assert killed >= 3  # the pool held several connections: the case under test
+                assert killed >= 3  # the pool held several connections: the case under test
 
-            answers = [
-                await connections[0].request("POST", "/scraps", headers, scrap(f"after {i}"))
-                for i in range(12)
-            ]
-            lost = [a for a in answers if a.status != 202]
-            assert len(lost) <= 1, [(a.status, a.body) for a in answers]
-            print("STATUSES", [a.status for a in answers], killed)
-            for answer in lost:
-                assert answer.status == 503 and answer.json()["code"] == "DATABASE_UNAVAILABLE"
+                answers = [
+                    await connections[0].request("POST", "/scraps", headers, scrap())
+                    for _ in range(12)
+                ]
+                lost = [a for a in answers if a.status != 202]
+                assert len(lost) <= 1, [(a.status, a.body) for a in answers]
+                for answer in lost:
+                    assert answer.status == 503, answer.body
+                    assert answer.json()["code"] == "DATABASE_UNAVAILABLE"
             assert (await connections[0].request("GET", "/me", headers)).status == 200
         finally:
+            await admin.close()
             for connection in connections:
                 await connection.aclose()
+
+
+async def test_a_closed_asyncpg_connection_reads_as_a_lost_database(db_url: str) -> None:
+    """asyncpg's words for a connection that died under it (SQLAlchemy's asyncpg dialect
+    treats them as a disconnect too): a 503, not a 500. Another misuse of the same error
+    class is no outage."""
+    connection = await asyncpg.connect(plain_url(db_url))
+    transaction = connection.transaction()
+    await transaction.start()
+    with pytest.raises(asyncpg.InterfaceError) as misuse:
+        await transaction.start()
+    assert database_unavailable(misuse.value) is None
+    await connection.close()
+    with pytest.raises(asyncpg.InterfaceError) as closed:
+        connection.transaction()
+    assert database_unavailable(closed.value) == "The database connection was lost; retry later"
 
 
 # -- answers --------------------------------------------------------------------------------

@@ -40,10 +40,6 @@ TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 API_DEPS = "services/api/src/san_api/deps.py"
 API_ERRORS = "services/api/src/san_api/errors.py"
-TERMINATED = (
-    "tests/api/test_edge.py::"
-    "test_terminated_database_connections_cost_one_503_not_one_per_pooled_connection[limits-off]"
-)
 
 
 @dataclass(frozen=True)
@@ -347,8 +343,8 @@ MUTATIONS = (
         (
             Edit(
                 API_DEPS,
-                "            except BaseException:\n                await transaction.rollback()",
-                "            except BaseException:\n                await transaction.commit()",
+                "                await transaction.rollback()\n                raise\n",
+                "                await transaction.commit()\n                raise\n",
             ),
         ),
         (
@@ -358,19 +354,17 @@ MUTATIONS = (
     ),
     Mutation(
         "api-pool-kept-after-loss",
-        "a connection lost under ConnectionDep retires only itself, not the pool opened with it",
-        (
-            Edit(
-                API_DEPS,
-                "            if database_unavailable(exc) is not None:\n",
-                "            if False:\n",
-            ),
+        "a connection lost under ConnectionDep is replaced alone, its pool's others kept",
+        (Edit(API_DEPS, "            await pool.expire_connections()\n", "            pass\n"),),
+        tuple(
+            "tests/api/test_edge.py::test_terminated_database_connections_cost_one_503_not_one"
+            f"_per_pooled_connection[{limits}]"
+            for limits in ("limits-off", "limits-on")
         ),
-        (TERMINATED,),
     ),
     Mutation(
-        "api-closed-connection-is-500",
-        "asyncpg's 'connection is closed' is not seen as a lost database (500, pool kept)",
+        "api-closed-connection-not-an-outage",
+        "asyncpg's 'connection is closed' is not seen as a lost database (a 500, not a 503)",
         (
             Edit(
                 API_ERRORS,
@@ -378,7 +372,7 @@ MUTATIONS = (
                 'isinstance(current, asyncpg.InterfaceError) and "never" in str',
             ),
         ),
-        (TERMINATED,),
+        ("tests/api/test_edge.py::test_a_closed_asyncpg_connection_reads_as_a_lost_database",),
     ),
 )
 

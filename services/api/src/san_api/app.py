@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 from fastapi import FastAPI
 
 from san_api import docs, health, openapi
@@ -35,8 +36,12 @@ from san_api.users.endpoints import router as users_router
 from san_common import probes, tracing
 from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
+from san_common.db.engine import create_engine, create_session_factory, plain_url
 from san_common.probes import Readiness
+
+# PostgreSQL connections of one API process: SQLAlchemy's pool (10, overflow 10) for every
+# endpoint but one, and this many for POST /scraps (docs/operations.md counts them).
+DRIVER_POOL_SIZE = 10
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -46,6 +51,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
         engine = create_engine(settings.database_url, pool_size=10, pre_ping=False)
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
+        # POST /scraps' transactions (ConnectionDep): asyncpg's own pool, lighter than
+        # SQLAlchemy's under load (docs/performance.md); it connects on first use
+        app.state.connections = await asyncpg.create_pool(
+            plain_url(settings.database_url), min_size=0, max_size=DRIVER_POOL_SIZE
+        )
         app.state.github = GithubServices.from_settings(settings)
         app.state.tokens = token_verifier(settings)
         app.state.provisioned_users = ProvisionedUsers()
@@ -67,6 +77,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             if app.state.tokens.jwks is not None:
                 await app.state.tokens.jwks.aclose()
             await app.state.github.aclose()
+            await app.state.connections.close()
             await engine.dispose()
             # uvicorn ends the process by re-raising SIGTERM after this: export spans now
             await asyncio.to_thread(tracing.flush)

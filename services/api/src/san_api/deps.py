@@ -1,7 +1,7 @@
 """Request dependencies. The session dependency owns the transaction: it commits when the
 endpoint returns (before the response is sent) and rolls back when it raises, so a request
-writes all or nothing. The connection dependency does the same on an asyncpg connection,
-for the hot write path that runs no ORM session (`POST /scraps`)."""
+writes all or nothing. The connection dependency does the same on a connection of the
+API's asyncpg pool, for the hot write path that runs no ORM session (`POST /scraps`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_api.auth.tokens import InvalidToken, TokenVerifier
-from san_api.errors import AppError, Unauthorized, database_unavailable
+from san_api.errors import AppError, DatabaseConnectionLost, Unauthorized, database_unavailable
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
 from san_api.users.cache import ProvisionedUsers
@@ -39,15 +39,14 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
 
 
 async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
-    """The request's transaction on the asyncpg connection under a pooled SQLAlchemy one
-    (one pool for the process). A `POST /scraps` spent more of its CPU in the ORM session
-    and SQLAlchemy's statement machinery than in everything else it does
-    (docs/performance.md); its few statements are named SQL and need neither."""
-    engine: AsyncEngine = request.app.state.engine
-    async with engine.connect() as pooled:
-        connection: asyncpg.Connection = (await pooled.get_raw_connection()).driver_connection
+    """The request's transaction on a connection of the API's asyncpg pool, for the hot
+    write path (`POST /scraps`): its statements are named SQL and need no ORM session, and
+    under load SQLAlchemy's session, statement machinery and pool cost the endpoint a
+    third of its throughput and half its p99 (docs/performance.md)."""
+    pool: asyncpg.Pool = request.app.state.connections
+    async with pool.acquire() as connection:
         try:
-            transaction = connection.transaction()  # raises at once for a closed connection
+            transaction = connection.transaction()  # raises at once on a closed connection
             await transaction.start()
             try:
                 yield connection
@@ -55,19 +54,23 @@ async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
                 await (transaction.commit() if exc.keep_writes else transaction.rollback())
                 raise
             except BaseException:
+                # a rollback cut short leaves the connection in its transaction: the pool's
+                # reset on release rolls it back, or closes the connection if it cannot
                 await transaction.rollback()
                 raise
             await transaction.commit()
-        except BaseException as exc:
-            # SQLAlchemy saw none of these statements, so it cannot tell that the connection
-            # died or was left inside a transaction (a cancelled rollback): never pool it
-            # again. A lost server is what SQLAlchemy's own disconnect handling assumes it
-            # to be: every connection of the pool opened before now is suspect, recycled at
-            # its next checkout, so a restart costs one 503, not one per pooled connection.
-            if database_unavailable(exc) is not None:
-                engine.sync_engine.pool._invalidate(await pooled.get_raw_connection(), exc)
-            elif connection.is_closed() or connection.is_in_transaction():
-                await pooled.invalidate()
+        except Exception as exc:
+            # A connection error, or any error on a connection that closed under it (as
+            # SQLAlchemy's asyncpg dialect judges a disconnect), means the connection was
+            # lost — and so, likely, were the others opened before it (a restart, a
+            # terminate): the pool replaces them all at their next checkout, so the loss
+            # costs one 503, not one per pooled connection.
+            reason = database_unavailable(exc)
+            if reason is None and not connection.is_closed():
+                raise
+            await pool.expire_connections()
+            if reason is None:
+                raise DatabaseConnectionLost() from exc
             raise
 
 
