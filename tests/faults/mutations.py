@@ -339,12 +339,12 @@ MUTATIONS = (
     ),
     Mutation(
         "api-connection-commits-a-failure",
-        "ConnectionDep commits a request that failed half-way instead of rolling it back",
+        "the request's transaction commits when it failed half-way instead of rolling back",
         (
             Edit(
                 API_DEPS,
-                "                await transaction.rollback()\n                raise\n",
-                "                await transaction.commit()\n                raise\n",
+                "    except BaseException:\n        await rollback()\n",
+                "    except BaseException:\n        await commit()\n",
             ),
         ),
         (

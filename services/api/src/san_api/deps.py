@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated
@@ -23,19 +24,29 @@ from san_api.users import repository as users
 from san_api.users.cache import ProvisionedUsers
 
 
+@asynccontextmanager
+async def _committed_or_rolled_back(
+    commit: Callable[[], Awaitable[None]], rollback: Callable[[], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """Commit when the block ends, roll back when it raises."""
+    try:
+        yield
+    except AppError as exc:
+        # an error may have to keep what it wrote (a burnt OAuth state); none else does
+        await (commit() if exc.keep_writes else rollback())
+        raise
+    except BaseException:
+        await rollback()
+        raise
+    await commit()
+
+
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
-    async with request.app.state.sessions() as session:
-        try:
-            yield session
-        except AppError as exc:
-            # an error may have to keep what it wrote (a burnt OAuth state); none else does
-            await (session.commit() if exc.keep_writes else session.rollback())
-            raise
-        except BaseException:
-            await session.rollback()
-            raise
-        else:
-            await session.commit()
+    async with (
+        request.app.state.sessions() as session,
+        _committed_or_rolled_back(session.commit, session.rollback),
+    ):
+        yield session
 
 
 async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
@@ -48,17 +59,10 @@ async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
         try:
             transaction = connection.transaction()  # raises at once on a closed connection
             await transaction.start()
-            try:
+            # a rollback cut short leaves the connection in its transaction: the pool's
+            # reset on release rolls it back, or closes the connection if it cannot
+            async with _committed_or_rolled_back(transaction.commit, transaction.rollback):
                 yield connection
-            except AppError as exc:
-                await (transaction.commit() if exc.keep_writes else transaction.rollback())
-                raise
-            except BaseException:
-                # a rollback cut short leaves the connection in its transaction: the pool's
-                # reset on release rolls it back, or closes the connection if it cannot
-                await transaction.rollback()
-                raise
-            await transaction.commit()
         except Exception as exc:
             # A connection error, or any error on a connection that closed under it (as
             # SQLAlchemy's asyncpg dialect judges a disconnect), means the connection was

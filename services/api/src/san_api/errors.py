@@ -20,13 +20,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger(__name__)
 
 
-# Connection-level failures of PostgreSQL: the database is down, restarting or full. Any
-# other database error (a constraint, bad SQL) is a bug or a domain error, not an outage.
 class DatabaseConnectionLost(ConnectionError):
     """A statement failed on a connection that closed under it, whatever the error said
     (asyncpg can report a connection the server dropped as an internal client error)."""
 
 
+# Connection-level failures of PostgreSQL: the database is down, restarting or full. Any
+# other database error (a constraint, bad SQL) is a bug or a domain error, not an outage.
 _DB_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     DatabaseConnectionLost,
     asyncpg.PostgresConnectionError,
