@@ -8,7 +8,9 @@ server as a Python client can. Prints one JSON line: rate, p50/p99/max latency, 
         --body '{"content": "scrap {n} {run}"}' --header 'Authorization: Bearer …' -c 16
 
 `{n}` in the body is a per-request counter, `{run}` a per-process random id (unique
-content: no dedup shortcut). `--paths FILE` cycles through the paths listed in FILE.
+content: no dedup shortcut). `--paths FILE` cycles through the paths listed in FILE,
+`--cycle-header FILE` through the header lines listed in FILE (one per request: many users'
+tokens, so that per-user locks and limits are measured as many users meet them).
 """
 
 from __future__ import annotations
@@ -61,14 +63,16 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     headers = "".join(f"{h}\r\n" for h in args.header)
     counter, run_id = count(), uuid.uuid4().hex
     paths = cycle(args.path_list)
+    cycled = cycle(args.cycled_headers or [""])
 
     def make_request() -> bytes:
         path = next(paths)
+        headers_now = headers + next(cycled)
         if args.body is None:
-            return f"{args.method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n".encode()
+            return f"{args.method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers_now}\r\n".encode()
         body = args.body.replace("{n}", str(next(counter))).replace("{run}", run_id).encode()
         return (
-            f"{args.method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}"
+            f"{args.method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers_now}"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode() + body
 
@@ -113,11 +117,17 @@ def main() -> None:
     parser.add_argument("--method", default="GET")
     parser.add_argument("--body", default=None)
     parser.add_argument("--header", action="append", default=[])
+    parser.add_argument("--cycle-header", default=None, help="FILE: a header line per request")
     parser.add_argument("-c", "--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     args = parser.parse_args()
     args.path_list = Path(args.paths).read_text().split() if args.paths else [args.path]
+    if args.cycle_header:
+        lines = Path(args.cycle_header).read_text().splitlines()
+        args.cycled_headers = [f"{line}\r\n" for line in lines if line.strip()]
+    else:
+        args.cycled_headers = None
     print(json.dumps(asyncio.run(run(args))))
 
 

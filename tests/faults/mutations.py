@@ -40,6 +40,7 @@ TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 API_DEPS = "services/api/src/san_api/deps.py"
 API_ERRORS = "services/api/src/san_api/errors.py"
+API_LIMITS = "services/api/src/san_api/limits/dependencies.py"
 
 
 @dataclass(frozen=True)
@@ -360,6 +361,21 @@ MUTATIONS = (
             "tests/api/test_edge.py::test_terminated_database_connections_cost_one_503_not_one"
             f"_per_pooled_connection[{limits}]"
             for limits in ("limits-off", "limits-on")
+        ),
+    ),
+    Mutation(
+        "api-rate-limiter-keeps-lost-pool",
+        "the rate limiter takes its connection from the pool bare: a lost one is not noticed",
+        (
+            Edit(
+                API_LIMITS,
+                "pooled_connection(request.app.state.connections)",
+                "request.app.state.connections.acquire()",
+            ),
+        ),
+        (
+            "tests/api/test_edge.py::test_terminated_database_connections_cost_one_503_not_one"
+            "_per_pooled_connection[limits-on]",
         ),
     ),
     Mutation(

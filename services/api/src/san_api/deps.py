@@ -54,21 +54,27 @@ async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
     write path (`POST /scraps`): its statements are named SQL and need no ORM session, and
     under load SQLAlchemy's session, statement machinery and pool cost the endpoint a
     third of its throughput and half its p99 (docs/performance.md)."""
-    pool: asyncpg.Pool = request.app.state.connections
+    async with pooled_connection(request.app.state.connections) as connection:
+        transaction = connection.transaction()
+        await transaction.start()  # raises at once on a closed connection
+        # a rollback cut short leaves the connection in its transaction: the pool's reset
+        # on release rolls it back, or closes the connection if it cannot
+        async with _committed_or_rolled_back(transaction.commit, transaction.rollback):
+            yield connection
+
+
+@asynccontextmanager
+async def pooled_connection(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A connection of the API's asyncpg pool (`ConnectionDep`, the rate limiter).
+
+    A connection error, or any error on a connection that closed under it (as SQLAlchemy's
+    asyncpg dialect judges a disconnect), means the connection was lost — and so, likely,
+    were the others opened before it (a restart, a terminate): the pool replaces them all
+    at their next checkout, so the loss costs one 503, not one per pooled connection."""
     async with pool.acquire() as connection:
         try:
-            transaction = connection.transaction()  # raises at once on a closed connection
-            await transaction.start()
-            # a rollback cut short leaves the connection in its transaction: the pool's
-            # reset on release rolls it back, or closes the connection if it cannot
-            async with _committed_or_rolled_back(transaction.commit, transaction.rollback):
-                yield connection
+            yield connection
         except Exception as exc:
-            # A connection error, or any error on a connection that closed under it (as
-            # SQLAlchemy's asyncpg dialect judges a disconnect), means the connection was
-            # lost — and so, likely, were the others opened before it (a restart, a
-            # terminate): the pool replaces them all at their next checkout, so the loss
-            # costs one 503, not one per pooled connection.
             reason = database_unavailable(exc)
             if reason is None and not connection.is_closed():
                 raise

@@ -1,10 +1,11 @@
 """Per-user rate limits and active-job quotas of the job-creating endpoints (SPEC §6).
 
 `job_limits(bucket, jobs)` gives a route two dependencies, run in this order before the
-endpoint: a token bucket per user and endpoint (its own short transaction, before the
-request's session takes a connection, so a refused burst holds no connection and provisions
-nothing), then a cap on the user's PENDING/PROCESSING jobs (in the request's transaction,
-under a per-user lock, so concurrent requests cannot all see room for one more).
+endpoint: a token bucket per user and endpoint (one statement on a connection of the API's
+asyncpg pool, before the request's transaction takes a connection, so a refused burst holds
+no connection and provisions nothing), then a cap on the user's PENDING/PROCESSING jobs (in
+the request's transaction, under a per-user lock, so concurrent requests cannot all see room
+for one more).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import math
 from typing import Any
 
 from fastapi import Depends, Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_api.deps import (
     ConnectionDep,
@@ -22,6 +22,7 @@ from san_api.deps import (
     SessionDep,
     SettingsDep,
     SubjectDep,
+    pooled_connection,
 )
 from san_api.errors import RateLimited, TooManyActiveJobs
 from san_api.limits import repository
@@ -38,8 +39,7 @@ class RateLimit:
         if not settings.rate_limit_enabled:
             return
         burst, per_second = settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute / 60
-        engine: AsyncEngine = request.app.state.engine
-        async with engine.begin() as connection:
+        async with pooled_connection(request.app.state.connections) as connection:
             left = await repository.take_token(
                 connection, subject, self.bucket, burst=burst, per_second=per_second
             )

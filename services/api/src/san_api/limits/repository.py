@@ -5,49 +5,44 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 # One statement takes a token when the bucket (refilled for the time since its last take,
 # capped at the burst) holds one; the row lock of ON CONFLICT makes concurrent takes of one
 # bucket queue up, whichever replica runs them. clock_timestamp(), not now(): the time of
 # the take, not of the transaction's start.
-_TAKE = text(
-    """
+# One statement (autocommit: no transaction around it, one round trip).
+_TAKE = """
     INSERT INTO rate_limit_buckets AS b (subject, bucket, tokens, updated_at)
-    VALUES (:subject, :bucket, CAST(:burst AS float8) - 1, clock_timestamp())
+    VALUES ($1, $2, $3::float8 - 1, clock_timestamp())
     ON CONFLICT (subject, bucket) DO UPDATE SET
-        tokens = LEAST(CAST(:burst AS float8), b.tokens + CAST(:per_second AS float8)
+        tokens = LEAST($3::float8, b.tokens + $4::float8
             * GREATEST(0, EXTRACT(EPOCH FROM clock_timestamp() - b.updated_at))) - 1,
         updated_at = clock_timestamp()
-    WHERE LEAST(CAST(:burst AS float8), b.tokens + CAST(:per_second AS float8)
+    WHERE LEAST($3::float8, b.tokens + $4::float8
             * GREATEST(0, EXTRACT(EPOCH FROM clock_timestamp() - b.updated_at))) >= 1
     RETURNING tokens
-    """
-)
-_LEVEL = text(
-    """
-    SELECT LEAST(CAST(:burst AS float8), tokens + CAST(:per_second AS float8)
+"""
+_LEVEL = """
+    SELECT LEAST($3::float8, tokens + $4::float8
         * GREATEST(0, EXTRACT(EPOCH FROM clock_timestamp() - updated_at)))
-    FROM rate_limit_buckets WHERE subject = :subject AND bucket = :bucket
-    """
-)
+    FROM rate_limit_buckets WHERE subject = $1 AND bucket = $2
+"""
 
 
 async def take_token(
-    connection: AsyncConnection, subject: str, bucket: str, *, burst: int, per_second: float
+    connection: asyncpg.Connection, subject: str, bucket: str, *, burst: int, per_second: float
 ) -> float | None:
     """Tokens left after taking one, or None (nothing taken) when the bucket is empty."""
-    params = {"subject": subject, "bucket": bucket, "burst": burst, "per_second": per_second}
-    left = (await connection.execute(_TAKE, params)).scalar()
+    left = await connection.fetchval(_TAKE, subject, bucket, float(burst), float(per_second))
     return None if left is None else float(left)
 
 
 async def tokens_now(
-    connection: AsyncConnection, subject: str, bucket: str, *, burst: int, per_second: float
+    connection: asyncpg.Connection, subject: str, bucket: str, *, burst: int, per_second: float
 ) -> float:
-    params = {"subject": subject, "bucket": bucket, "burst": burst, "per_second": per_second}
-    return float((await connection.execute(_LEVEL, params)).scalar() or 0.0)
+    level = await connection.fetchval(_LEVEL, subject, bucket, float(burst), float(per_second))
+    return float(level or 0.0)
 
 
 async def lock_user_jobs(session: AsyncSession, user_id: uuid.UUID) -> None:
