@@ -4,7 +4,9 @@ alternating A B A B A B:
 - API: `POST /scraps` (the real `san-api` process, rate limiter off: RATE_LIMIT_ENABLED=
   false — the benchmark is one user hammering one endpoint) against benchmarks/bare_api.py
   (FastAPI + asyncpg, the same transaction), at c=16 and c=64, load from
-  benchmarks/loadgen.py in a process of its own;
+  benchmarks/loadgen.py in a process of its own; and, reported beside them, a second
+  `san-api` with the limits on as deployed (token bucket and active-job cap; their sizes
+  raised so nobody is refused), its requests spread over `LIMITED_USERS` users;
 - relay: a real `san-relay` process publishing N committed outbox rows against
   benchmarks/raw_publisher.py (100 confirms in flight, same quorum queue, same envelope),
   timed from the commit of the rows until the last is marked published;
@@ -44,8 +46,15 @@ TOKEN_KEYS = "JqSQtt2DE8ApEO7q32BRyUIvVvRANJ0fPxXRu7AQrSA"
 VENV_BIN = Path(sys.executable).parent
 
 
-def _api_env(database_url: str, amqp_url: str, port: int) -> dict[str, str]:
-    return {
+# The limits-on run's users: the active-job cap locks each user's requests one after the
+# other, so one user hammering measures that lock, not the endpoint.
+LIMITED_USERS = 200
+
+
+def _api_env(
+    database_url: str, amqp_url: str, port: int, *, limits: bool = False
+) -> dict[str, str]:
+    env = {
         "DATABASE_URL": database_url,
         "AMQP_URL": amqp_url,
         "AUTH_JWT_SECRET": SECRET,
@@ -55,6 +64,14 @@ def _api_env(database_url: str, amqp_url: str, port: int) -> dict[str, str]:
         "DATA_DIR": os.environ.get("BENCH_LOG_DIR", "/tmp"),
         "RATE_LIMIT_ENABLED": "false",
     }
+    if limits:  # on, but never refusing: their cost is measured, not their refusals
+        env.update(
+            RATE_LIMIT_ENABLED="true",
+            RATE_LIMIT_JOBS_BURST="1000000",
+            RATE_LIMIT_JOBS_PER_MINUTE="100000000",
+            ACTIVE_JOBS_MAX_PER_USER="100000000",
+        )
+    return env
 
 
 async def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 180) -> None:
@@ -72,9 +89,12 @@ async def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float 
     raise TimeoutError(f"{url} did not answer within {timeout:.0f}s")
 
 
-def _start_api(database_url: str, amqp_url: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start_api(
+    database_url: str, amqp_url: str, *, limits: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
     port = infra.free_port()
-    process = spawn([str(VENV_BIN / "san-api")], env=_api_env(database_url, amqp_url, port))
+    env = _api_env(database_url, amqp_url, port, limits=limits)
+    process = spawn([str(VENV_BIN / "san-api")], env=env)
     return process, f"http://127.0.0.1:{port}"
 
 
@@ -120,15 +140,30 @@ async def _migrated(server: str, name: str) -> str:
 async def api_ratios(server: str, amqp_url: str, runs: int, seconds: float) -> dict[str, Any]:
     database_url = await _migrated(server, "bench_api")
     san, san_url = _start_api(database_url, amqp_url)
+    limited, limited_url = _start_api(database_url, amqp_url, limits=True)
     bare, bare_url = _start_bare(database_url)
     results: dict[str, list[dict[str, Any]]] = {}
+    run_id = uuid.uuid4().hex
+    many_users = Path(os.environ.get("BENCH_LOG_DIR", "/tmp")) / f"bench-users-{run_id}"
     try:
         await _wait_http(f"{san_url}/healthz", san)
+        await _wait_http(f"{limited_url}/healthz", limited)
         await _wait_http(f"{bare_url}/docs", bare)
-        token = mint(SECRET, "bench-api-" + uuid.uuid4().hex)
+        one_user = f"Authorization: Bearer {mint(SECRET, 'bench-api-' + run_id)}"
+        many_users.write_text(
+            "".join(
+                f"Authorization: Bearer {mint(SECRET, f'bench-api-{run_id}-{i}')}\n"
+                for i in range(LIMITED_USERS)
+            )
+        )
+        systems = (
+            ("san", san_url, ("--header", one_user)),
+            ("bare", bare_url, ("--header", one_user)),
+            ("limited", limited_url, ("--cycle-header", str(many_users))),
+        )
         for _ in range(runs):
             for concurrency in (16, 64):
-                for name, url in (("san", san_url), ("bare", bare_url)):
+                for name, url, users in systems:
                     outcome = _loadgen(
                         url,
                         "--path",
@@ -137,8 +172,7 @@ async def api_ratios(server: str, amqp_url: str, runs: int, seconds: float) -> d
                         "POST",
                         "--body",
                         '{"content": "bench scrap {n} {run}"}',
-                        "--header",
-                        f"Authorization: Bearer {token}",
+                        *users,
                         "-c",
                         str(concurrency),
                         "--seconds",
@@ -148,7 +182,9 @@ async def api_ratios(server: str, amqp_url: str, runs: int, seconds: float) -> d
                     print(f"api {name} c={concurrency} {outcome}", flush=True)
     finally:
         stop_process(san)
+        stop_process(limited)
         stop_process(bare)
+        many_users.unlink(missing_ok=True)
     return results
 
 
@@ -347,6 +383,10 @@ async def run_all(server: str, amqp_url: str, args: Any, extra: dict[str, Any]) 
         san99 = statistics.median(r["p99_ms"] for r in api["san_c64"])
         bare99 = statistics.median(r["p99_ms"] for r in api["bare_c64"])
         extra["api_p99_c64"] = f"{san99 / bare99:.2f}× ({san99:,.0f} vs {bare99:,.0f} ms)"
+        for c in (16, 64):  # reported, not an acceptance bar: it does more than the bare one
+            limited = statistics.median(r["rate"] for r in api[f"limited_c{c}"])
+            bare = statistics.median(r["rate"] for r in api[f"bare_c{c}"])
+            extra[f"api_limited_c{c}"] = f"{limited / bare:.2f}× ({limited:,.0f} req/s)"
     if "relay" in wanted:
         relay = await relay_ratios(server, amqp_url, args.runs, messages=5000)
         ratios["relay"] = relay
@@ -383,8 +423,12 @@ def render(ratios: dict[str, Any]) -> str:
             ("bare_c16", "bare FastAPI + asyncpg, c=16 (baseline)"),
             ("san_c64", "SAN, c=64"),
             ("bare_c64", "bare FastAPI + asyncpg, c=64 (baseline)"),
+            ("limited_c16", f"SAN, limits on, {LIMITED_USERS} users, c=16 (reported)"),
+            ("limited_c64", f"SAN, limits on, {LIMITED_USERS} users, c=64 (reported)"),
         ):
-            rows = api[key]
+            rows = api.get(key)
+            if not rows:  # a results file of a version without the row
+                continue
             rate, p50, p99 = ([r[k] for r in rows] for k in ("rate", "p50_ms", "p99_ms"))
             lines.append(f"| {label} | {_stat(rate)} | {_stat(p50, 1)} | {_stat(p99, 1)} |")
         lines.append("")
