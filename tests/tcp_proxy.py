@@ -1,9 +1,15 @@
-"""A TCP proxy on loopback in front of a real server, for broker outages that concern one
-test only (the machine's RabbitMQ is shared: stopping it would break every other run).
+"""A TCP proxy on loopback in front of a real server, for outages that concern one test
+only (the machine's RabbitMQ is shared: stopping it would break every other run).
 
 `cut()` refuses new connections and aborts the open ones, as a stopped broker would;
-`restore()` listens again on the same port. `accepted` counts the connections clients
-opened through it, which is how a test sees whether a probe connects per call.
+`restore()` listens again on the same port. `freeze()` is a network partition that sends
+no reset: connections stay open and bytes go nowhere, in either direction, until `thaw()`
+lets them through again (as TCP retransmits them once a partition heals). `accepted`
+counts the connections clients opened through it, which is how a test sees whether a probe
+connects per call.
+
+The upstream is a URL with a host and port, or a PostgreSQL URL whose `host` parameter is
+a socket directory (the embedded server's): clients then reach it over TCP, `url` says how.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import contextlib
 import threading
 from collections.abc import Coroutine
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from tests import infra
 
@@ -21,14 +27,23 @@ from tests import infra
 class TcpProxy:
     def __init__(self, upstream_url: str) -> None:
         parts = urlsplit(upstream_url)
+        query = parse_qs(parts.query)
+        socket_dir = query.pop("host", [None])[0]
+        if socket_dir is not None and socket_dir.startswith("/"):  # libpq: a socket directory
+            port = int(query.pop("port", [parts.port or 5432])[0])
+            self._socket: str | None = f"{socket_dir}/.s.PGSQL.{port}"
+        else:
+            self._socket = None
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5672)
-        self._url = parts
+        self._url = parts._replace(query=urlencode(query, doseq=True))
         self.port = infra.free_port()
         self.accepted = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     @property
     def url(self) -> str:
@@ -36,6 +51,12 @@ class TcpProxy:
         credentials = self._url.netloc.rpartition("@")[0]
         netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
         return urlunsplit(self._url._replace(netloc=netloc))
+
+    def freeze(self) -> None:
+        self._loop.call_soon_threadsafe(self._flowing.clear)
+
+    def thaw(self) -> None:
+        self._loop.call_soon_threadsafe(self._flowing.set)
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -82,22 +103,30 @@ class TcpProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+            if self._socket is not None:
+                up_reader, up_writer = await asyncio.open_unix_connection(self._socket)
+            else:
+                up_reader, up_writer = await asyncio.open_connection(*self._upstream)
         except OSError:
             writer.transport.abort()
             return
         self._open |= {writer, up_writer}
         await asyncio.gather(
-            _pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True
+            _pipe(reader, up_writer, self._flowing),
+            _pipe(up_reader, writer, self._flowing),
+            return_exceptions=True,
         )
         for end in (writer, up_writer):
             self._open.discard(end)
             end.transport.abort()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+) -> None:
     with contextlib.suppress(ConnectionError):
         while data := await reader.read(65536):
+            await flowing.wait()  # frozen: held, neither delivered nor refused
             writer.write(data)
             await writer.drain()
     writer.transport.abort()

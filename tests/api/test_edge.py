@@ -29,6 +29,7 @@ from tests.api.support import PROBLEM_JSON, over_http
 from tests.conftest import JWT_SECRET, TOKEN_KEYS, api_settings
 from tests.faults.postgres import DedicatedPostgres, dedicated_postgres
 from tests.procs import ServiceProcess, start, wait_healthy
+from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
 
 
@@ -196,6 +197,78 @@ async def test_terminated_database_connections_cost_one_503_not_one_per_pooled_c
             await admin.close()
             for connection in connections:
                 await connection.aclose()
+
+
+PARTITION_TIMEOUT = 1.5  # API_DATABASE_TIMEOUT_SECONDS in the partition test
+LISTED = "/github-star-recommendations"  # an endpoint on SQLAlchemy's session: a SELECT
+
+
+@pytest.mark.parametrize("limits", [False, True], ids=["limits-off", "limits-on"])
+async def test_a_database_that_stops_answering_costs_503s_in_time_and_the_api_resumes(
+    db_url: str, amqp_url: str, limits: bool
+) -> None:
+    """A network partition: the server's connections stay open and nothing comes back, no
+    reset, no refusal. Requests on either pool (asyncpg's for `POST /scraps` and the rate
+    limiter, SQLAlchemy's for the rest) must answer 503 within a few timeouts — not hang
+    until TCP gives up, a quarter of an hour later — and once the network heals the API
+    serves again by itself, on connections that are not the stuck ones."""
+    headers = {**_bearer("partition-" + uuid.uuid4().hex), "Content-Type": "application/json"}
+    counter = iter(range(1_000_000))
+
+    def scrap() -> bytes:
+        return json.dumps({"content": f"scrap {next(counter)}"}).encode()
+
+    async def both_paths(connections: list[Connection]) -> list[Answer]:
+        half = len(connections) // 2
+        async with asyncio.timeout(20):  # a hang fails the test instead of blocking it
+            return await asyncio.gather(
+                *(c.request("POST", "/scraps", headers, scrap()) for c in connections[:half]),
+                *(c.request("GET", LISTED, headers) for c in connections[half:]),
+            )
+
+    with TcpProxy(db_url) as proxy:
+        settings = api_settings(
+            proxy.url,
+            amqp_url,
+            rate_limit_enabled=limits,
+            api_database_timeout_seconds=PARTITION_TIMEOUT,
+        )
+        async with served(settings) as url:
+            connections = [await Connection.open(url) for _ in range(6)]
+            try:
+                warm = await both_paths(connections)  # each pool holds open connections
+                assert [a.status for a in warm] == [202] * 3 + [200] * 3, warm
+
+                await asyncio.to_thread(proxy.freeze)
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                cut_off = await both_paths(connections)
+                took = loop.time() - started
+                for answer in cut_off:
+                    assert answer.status == 503, answer.body
+                    assert answer.json()["code"] == "DATABASE_UNAVAILABLE"
+                    assert "did not answer in time" in answer.json()["detail"], answer.body
+                    assert int(answer.headers["retry-after"]) >= 1
+                # a statement's timeout, then at most a rollback's and a release's
+                assert took < 3 * PARTITION_TIMEOUT + 2, took
+
+                await asyncio.to_thread(proxy.thaw)
+
+                seen: list[int] = []
+
+                async def serving() -> bool:
+                    seen[:] = [a.status for a in await both_paths(connections)]
+                    return seen == [202] * 3 + [200] * 3
+
+                await eventually(
+                    serving,
+                    within=30,
+                    what="both pools serving again after the partition",
+                    context=lambda: f"last statuses {seen}",
+                )
+            finally:
+                for connection in connections:
+                    await connection.aclose()
 
 
 async def test_a_closed_asyncpg_connection_reads_as_a_lost_database(db_url: str) -> None:

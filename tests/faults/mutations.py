@@ -41,6 +41,13 @@ NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.
 API_DEPS = "services/api/src/san_api/deps.py"
 API_ERRORS = "services/api/src/san_api/errors.py"
 API_LIMITS = "services/api/src/san_api/limits/dependencies.py"
+API_APP = "services/api/src/san_api/app.py"
+ENGINE = "libs/common/src/san_common/db/engine.py"
+PARTITION = tuple(
+    "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
+    f"_api_resumes[{limits}]"
+    for limits in ("limits-off", "limits-on")
+)
 
 
 @dataclass(frozen=True)
@@ -369,7 +376,7 @@ MUTATIONS = (
         (
             Edit(
                 API_LIMITS,
-                "pooled_connection(request.app.state.connections)",
+                "pooled_connection(request)",
                 "request.app.state.connections.acquire()",
             ),
         ),
@@ -377,6 +384,36 @@ MUTATIONS = (
             "tests/api/test_edge.py::test_terminated_database_connections_cost_one_503_not_one"
             "_per_pooled_connection[limits-on]",
         ),
+    ),
+    Mutation(
+        "api-pool-waits-forever",
+        "the API's asyncpg pool sets no command timeout: a partition hangs POST /scraps",
+        (Edit(API_APP, "command_timeout=timeout,\n", "command_timeout=None,\n"),),
+        PARTITION,
+    ),
+    Mutation(
+        "api-engine-waits-forever",
+        "SQLAlchemy's engine sets no command timeout: a partition hangs the session endpoints",
+        (
+            Edit(
+                ENGINE,
+                "connect_args.update(timeout=timeout_seconds, command_timeout=timeout_seconds)",
+                "connect_args.update(timeout=timeout_seconds)",
+            ),
+        ),
+        PARTITION,
+    ),
+    Mutation(
+        "api-database-timeout-unnamed",
+        "a statement PostgreSQL did not answer in time is reported as any other outage",
+        (
+            Edit(
+                API_ERRORS,
+                "if isinstance(current, TimeoutError) and _raised_in_db_client(current):",
+                "if isinstance(current, TimeoutError) and not _raised_in_db_client(current):",
+            ),
+        ),
+        PARTITION,
     ),
     Mutation(
         "api-closed-connection-not-an-outage",

@@ -48,13 +48,21 @@ def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # no pre-ping: three round trips per request; a dead connection is one 503 (the edge)
-        engine = create_engine(settings.database_url, pool_size=10, pre_ping=False)
+        # a bound on every wait for PostgreSQL: a partition costs 503s, not hung requests
+        timeout = settings.api_database_timeout_seconds
+        engine = create_engine(
+            settings.database_url, pool_size=10, pre_ping=False, timeout_seconds=timeout
+        )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         # POST /scraps' transactions (ConnectionDep): asyncpg's own pool, lighter than
         # SQLAlchemy's under load (docs/performance.md); it connects on first use
         app.state.connections = await asyncpg.create_pool(
-            plain_url(settings.database_url), min_size=0, max_size=DRIVER_POOL_SIZE
+            plain_url(settings.database_url),
+            min_size=0,
+            max_size=DRIVER_POOL_SIZE,
+            timeout=timeout,
+            command_timeout=timeout,
         )
         app.state.github = GithubServices.from_settings(settings)
         app.state.tokens = token_verifier(settings)

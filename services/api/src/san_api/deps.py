@@ -54,7 +54,7 @@ async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
     write path (`POST /scraps`): its statements are named SQL and need no ORM session, and
     under load SQLAlchemy's session, statement machinery and pool cost the endpoint a
     third of its throughput and half its p99 (docs/performance.md)."""
-    async with pooled_connection(request.app.state.connections) as connection:
+    async with pooled_connection(request) as connection:
         transaction = connection.transaction()
         await transaction.start()  # raises at once on a closed connection
         # a rollback cut short leaves the connection in its transaction: the pool's reset
@@ -64,14 +64,18 @@ async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
 
 
 @asynccontextmanager
-async def pooled_connection(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+async def pooled_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
     """A connection of the API's asyncpg pool (`ConnectionDep`, the rate limiter).
 
-    A connection error, or any error on a connection that closed under it (as SQLAlchemy's
-    asyncpg dialect judges a disconnect), means the connection was lost — and so, likely,
-    were the others opened before it (a restart, a terminate): the pool replaces them all
-    at their next checkout, so the loss costs one 503, not one per pooled connection."""
-    async with pool.acquire() as connection:
+    A connection error, a statement the server did not answer in time, or any error on a
+    connection that closed under it (as SQLAlchemy's asyncpg dialect judges a disconnect),
+    means the connection was lost — and so, likely, were the others opened before it (a
+    restart, a terminate, a partition): the pool replaces them all at their next checkout,
+    so the loss costs one 503, not one per pooled connection."""
+    pool: asyncpg.Pool = request.app.state.connections
+    settings: ApiSettings = request.app.state.settings
+    # the timeout bounds the wait for a connection and its release (reset) alike
+    async with pool.acquire(timeout=settings.api_database_timeout_seconds) as connection:
         try:
             yield connection
         except Exception as exc:

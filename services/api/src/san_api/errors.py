@@ -233,6 +233,9 @@ def database_unavailable(exc: BaseException) -> str | None:
         # dialect recognizes it by the same words); seen outside SQLAlchemy by ConnectionDep
         if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
             return "The database connection was lost; retry later"
+        # API_DATABASE_TIMEOUT_SECONDS ran out on a connect or a statement (a partition)
+        if isinstance(current, TimeoutError) and _raised_in_db_client(current):
+            return "The database did not answer in time; retry later"
         if isinstance(current, OSError) and _raised_in_db_client(current):
             return "The database is unavailable; retry later"
         current = current.__cause__ or current.__context__

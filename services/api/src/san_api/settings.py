@@ -35,6 +35,11 @@ class ApiSettings(GithubAccessSettings):
         default=None,
         description="/docs, /redoc, /openapi.json; unset: on, except under SAN_ENV=production",
     )
+    api_database_timeout_seconds: float = Field(
+        default=10,
+        gt=0,
+        description="Longest wait on PostgreSQL for a connection, a connect or a statement",
+    )
     # The HTTP edge (san_api.edge, docs/security.md)
     http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576)
     http_header_timeout_seconds: float = Field(default=10, gt=0)

@@ -32,6 +32,7 @@ def create_engine(
     echo: bool = False,
     pre_ping: bool = True,
     generic_plans: bool = False,
+    timeout_seconds: float | None = None,
 ) -> AsyncEngine:
     """The hot paths (the workers' claims and completions, the relay's rounds, the API's
     requests) turn the first two defaults off (docs/performance.md):
@@ -45,18 +46,26 @@ def create_engine(
       every batch otherwise (its array parameter makes a custom plan look cheaper), and
       planning cost more than running it. The workers' other statements are key lookups,
       which a generic plan serves as well.
+
+    `timeout_seconds` bounds each wait on the server — a pooled connection, a connect, a
+    statement — so a server that stops answering without closing the connection (a network
+    partition) fails the caller in time instead of holding it until TCP gives up.
     """
     if not url:
         raise ValueError("DATABASE_URL is empty: start the local launcher or set DATABASE_URL")
+    connect_args: dict[str, object] = {}
+    if generic_plans:
+        connect_args["server_settings"] = {"plan_cache_mode": "force_generic_plan"}
+    if timeout_seconds is not None:
+        connect_args.update(timeout=timeout_seconds, command_timeout=timeout_seconds)
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=pre_ping,
-        connect_args=(
-            {"server_settings": {"plan_cache_mode": "force_generic_plan"}} if generic_plans else {}
-        ),
+        connect_args=connect_args,
         echo=echo,
+        **({"pool_timeout": timeout_seconds} if timeout_seconds is not None else {}),
     )
 
 

@@ -39,7 +39,7 @@ class RateLimit:
         if not settings.rate_limit_enabled:
             return
         burst, per_second = settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute / 60
-        async with pooled_connection(request.app.state.connections) as connection:
+        async with pooled_connection(request) as connection:
             left = await repository.take_token(
                 connection, subject, self.bucket, burst=burst, per_second=per_second
             )
