@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 # One statement takes a token when the bucket (refilled for the time since its last take,
 # capped at the burst) holds one; the row lock of ON CONFLICT makes concurrent takes of one
 # bucket queue up, whichever replica runs them. clock_timestamp(), not now(): the time of
-# the take, not of the transaction's start.
-# One statement (autocommit: no transaction around it, one round trip).
+# the take, not of the transaction's start. It needs no transaction around it: autocommit,
+# one round trip.
 _TAKE = """
     INSERT INTO rate_limit_buckets AS b (subject, bucket, tokens, updated_at)
     VALUES ($1, $2, $3::float8 - 1, clock_timestamp())
