@@ -96,6 +96,12 @@ def _bearer(subject: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {mint(JWT_SECRET, subject)}"}
 
 
+def _numbered_scraps() -> Callable[[], bytes]:
+    """A `POST /scraps` body of new content at each call (no dedup shortcut)."""
+    counter = iter(range(1_000_000))
+    return lambda: json.dumps({"content": f"scrap {next(counter)}"}).encode()
+
+
 @contextlib.asynccontextmanager
 async def served(settings: ApiSettings, **routes: Callable[[], Any]) -> AsyncIterator[str]:
     app = create_app(settings)
@@ -163,10 +169,7 @@ async def test_terminated_database_connections_cost_one_503_not_one_per_pooled_c
     a race: five rounds make it one the test sees. With the limits off nothing but the
     request's transaction touches a pool."""
     headers = {**_bearer("terminated-" + uuid.uuid4().hex), "Content-Type": "application/json"}
-    counter = iter(range(1_000_000))
-
-    def scrap() -> bytes:
-        return json.dumps({"content": f"scrap {next(counter)}"}).encode()
+    scrap = _numbered_scraps()
 
     async with served(api_settings(db_url, amqp_url, rate_limit_enabled=limits)) as url:
         connections = [await Connection.open(url) for _ in range(8)]
@@ -213,10 +216,7 @@ async def test_a_database_that_stops_answering_costs_503s_in_time_and_the_api_re
     until TCP gives up, a quarter of an hour later — and once the network heals the API
     serves again by itself, on connections that are not the stuck ones."""
     headers = {**_bearer("partition-" + uuid.uuid4().hex), "Content-Type": "application/json"}
-    counter = iter(range(1_000_000))
-
-    def scrap() -> bytes:
-        return json.dumps({"content": f"scrap {next(counter)}"}).encode()
+    scrap = _numbered_scraps()
 
     async def both_paths(connections: list[Connection]) -> list[Answer]:
         half = len(connections) // 2

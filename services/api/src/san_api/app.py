@@ -40,7 +40,8 @@ from san_common.db.engine import create_engine, create_session_factory, plain_ur
 from san_common.probes import Readiness
 
 # PostgreSQL connections of one API process: SQLAlchemy's pool (10, overflow 10) for every
-# endpoint but one, and this many for POST /scraps (docs/operations.md counts them).
+# endpoint but one, and this many for POST /scraps and the rate limiter's token
+# (docs/operations.md counts them).
 DRIVER_POOL_SIZE = 10
 
 
@@ -55,8 +56,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
         )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
-        # POST /scraps' transactions (ConnectionDep): asyncpg's own pool, lighter than
-        # SQLAlchemy's under load (docs/performance.md); it connects on first use
+        # POST /scraps' transactions (ConnectionDep) and the rate limiter's token: asyncpg's
+        # own pool, lighter than SQLAlchemy's under load (docs/performance.md); it connects
+        # on first use
         app.state.connections = await asyncpg.create_pool(
             plain_url(settings.database_url),
             min_size=0,
