@@ -4,7 +4,9 @@ only (the machine's RabbitMQ is shared: stopping it would break every other run)
 `cut()` refuses new connections and aborts the open ones, as a stopped broker would;
 `restore()` listens again on the same port. `freeze()` is a network partition that sends
 no reset: connections stay open and bytes go nowhere, in either direction, until `thaw()`
-lets them through again (as TCP retransmits them once a partition heals). `accepted`
+lets them through again (as TCP retransmits them once a partition heals). `strand()`
+freezes the connections open now for good and lets new ones through, as a failover to a
+new address or a NAT that forgot its mappings leaves a client's old sockets. `accepted`
 counts the connections clients opened through it, which is how a test sees whether a probe
 connects per call.
 
@@ -42,6 +44,7 @@ class TcpProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._gates: set[asyncio.Event] = set()  # one per connection, for strand()
         self._flowing = asyncio.Event()
         self._flowing.set()
 
@@ -57,6 +60,13 @@ class TcpProxy:
 
     def thaw(self) -> None:
         self._loop.call_soon_threadsafe(self._flowing.set)
+
+    def strand(self) -> None:
+        def close_gates() -> None:
+            for gate in self._gates:
+                gate.clear()
+
+        self._loop.call_soon_threadsafe(close_gates)
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -111,22 +121,31 @@ class TcpProxy:
             writer.transport.abort()
             return
         self._open |= {writer, up_writer}
+        gate = asyncio.Event()
+        gate.set()
+        self._gates.add(gate)
         await asyncio.gather(
-            _pipe(reader, up_writer, self._flowing),
-            _pipe(up_reader, writer, self._flowing),
+            _pipe(reader, up_writer, self._flowing, gate),
+            _pipe(up_reader, writer, self._flowing, gate),
             return_exceptions=True,
         )
+        self._gates.discard(gate)
         for end in (writer, up_writer):
             self._open.discard(end)
             end.transport.abort()
 
 
 async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    flowing: asyncio.Event,
+    gate: asyncio.Event,
 ) -> None:
     with contextlib.suppress(ConnectionError):
         while data := await reader.read(65536):
-            await flowing.wait()  # frozen: held, neither delivered nor refused
+            # frozen or stranded: held, neither delivered nor refused
+            await flowing.wait()
+            await gate.wait()
             writer.write(data)
             await writer.drain()
     writer.transport.abort()

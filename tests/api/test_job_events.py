@@ -15,10 +15,12 @@ import pytest
 from sqlalchemy import update
 
 from san_api.app import create_app
+from san_api.job_events.hub import ALL_JOBS, JobEventHub
 from san_common.models import AsyncJob
 from tests.admin.support import Sessions, insert_jobs, new_user, user_headers
 from tests.api.support import assert_problem, over_http
 from tests.conftest import api_settings
+from tests.tcp_proxy import TcpProxy
 
 WITHIN = 30.0
 
@@ -118,3 +120,27 @@ async def test_anyone_else_gets_404_and_bad_input_400(base_url: str, sessions: S
             assert_problem(response, 400, "VALIDATION_ERROR")
         response = await client.get("/async-jobs/nope/events", headers=user_headers(stranger))
         assert_problem(response, 400, "VALIDATION_ERROR")
+
+
+async def test_a_silent_database_fails_a_subscription_in_time_and_listening_resumes(
+    db_url: str,
+) -> None:
+    """A partition (no reset) while the hub connects its listener: the subscriber fails
+    within the timeout (the API's 503), instead of hanging on the connect; healed, the
+    next subscriber listens."""
+    with TcpProxy(db_url) as proxy:
+        hub = JobEventHub(proxy.url, timeout_seconds=0.5)
+        try:
+            proxy.freeze()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(20):  # the test's own bound, should the hub have none
+                    async with hub.subscribe(ALL_JOBS):
+                        pass
+            assert loop.time() - started < 10, "the hub waited on the silent server unbounded"
+            proxy.thaw()
+            async with asyncio.timeout(10), hub.subscribe(ALL_JOBS) as subscription:
+                assert subscription.job_id is ALL_JOBS
+        finally:
+            await hub.aclose()

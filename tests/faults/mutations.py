@@ -43,6 +43,12 @@ API_ERRORS = "services/api/src/san_api/errors.py"
 API_LIMITS = "services/api/src/san_api/limits/dependencies.py"
 API_APP = "services/api/src/san_api/app.py"
 ENGINE = "libs/common/src/san_common/db/engine.py"
+WORKER_SETTINGS = "libs/common/src/san_common/worker/settings.py"
+RELAY_SETTINGS = "services/relay/src/san_relay/settings.py"
+GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
+EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
+TIMEOUTS = "tests/worker/test_database_timeouts.py"
+PARTITIONS = "tests/faults/test_partitions.py"
 PARTITION = tuple(
     "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
     f"_api_resumes[{limits}]"
@@ -426,6 +432,83 @@ MUTATIONS = (
             ),
         ),
         ("tests/api/test_edge.py::test_a_closed_asyncpg_connection_reads_as_a_lost_database",),
+    ),
+    Mutation(
+        "worker-waits-forever",
+        "the workers' engine sets no timeout: a partitioned worker holds its deliveries",
+        (Edit(WORKER_SETTINGS, "            timeout_seconds=timeout,\n", ""),),
+        (
+            f"{PARTITIONS}::test_a_worker_cut_off_from_postgres_gives_its_deliveries_back_to"
+            "_another",
+        ),
+    ),
+    Mutation(
+        "relay-waits-forever",
+        "the relay's engine sets no timeout: a stranded connection stops the relay",
+        (Edit(RELAY_SETTINGS, "            timeout_seconds=timeout,\n", ""),),
+        (f"{PARTITIONS}::test_a_relay_whose_connections_go_silent_connects_again_and_publishes",),
+    ),
+    Mutation(
+        "relay-keeps-deaf-listener",
+        "a round that timed out leaves the listener as it is (open, silent for good)",
+        (Edit(RELAY, "self._forget_listener()\n", "pass\n"),),
+        (f"{PARTITIONS}::test_a_relay_whose_connections_go_silent_connects_again_and_publishes",),
+    ),
+    Mutation(
+        "silent-pool-kept",
+        "a timed-out statement discards its own connection only, not the silent pool",
+        (Edit(ENGINE, "        context.invalidate_pool_on_disconnect = True\n", ""),),
+        tuple(
+            f"{TIMEOUTS}::test_after_one_silent_statement_the_pool_is_replaced_not_timed_out_one"
+            f"_by_one[{engine}]"
+            for engine in ("worker", "relay")
+        ),
+    ),
+    Mutation(
+        "abandoned-transaction-kept",
+        "the server keeps a transaction its silent client left open (and its locks)",
+        (
+            Edit(
+                ENGINE,
+                '        server_settings["idle_in_transaction_session_timeout"] = (',
+                '        server_settings["application_name"] = (',
+            ),
+        ),
+        tuple(
+            f"{TIMEOUTS}::test_a_transaction_its_client_stopped_driving_is_ended_by_the_server"
+            f"[{engine}]"
+            for engine in ("worker", "relay")
+        ),
+    ),
+    Mutation(
+        "github-lock-wait-timed-out",
+        "the GitHub worker's per-user lock wait is cut by the engine's statement timeout",
+        (
+            Edit(
+                GITHUB_LOCKS,
+                "await driver.execute(_LOCK, str(user_id), timeout=_LOCK_WAIT_SECONDS)",
+                "await driver.execute(_LOCK, str(user_id))",
+            ),
+        ),
+        (
+            "tests/github/test_user_locks.py::test_a_wait_longer_than_the_engines_statement"
+            "_timeout_is_no_outage",
+        ),
+    ),
+    Mutation(
+        "job-events-connect-unbounded",
+        "the API's job-events listener connects with asyncpg's default (60 s) wait",
+        (
+            Edit(
+                EVENT_HUB,
+                "self._url, timeout=self._timeout, command_timeout=self._timeout",
+                "self._url, command_timeout=self._timeout",
+            ),
+        ),
+        (
+            "tests/api/test_job_events.py::test_a_silent_database_fails_a_subscription_in_time"
+            "_and_listening_resumes",
+        ),
     ),
 )
 

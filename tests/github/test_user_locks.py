@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from san_common.db.engine import create_engine
 from san_github_worker.locks import UserLocks
+from san_github_worker.settings import GithubWorkerSettings
 from tests.waiting import eventually
 
 ADVISORY = (
@@ -54,3 +55,29 @@ async def test_a_second_process_waits_for_the_same_user_but_not_for_another(db_u
     finally:
         await first_engine.dispose()
         await second_engine.dispose()
+
+
+async def test_a_wait_longer_than_the_engines_statement_timeout_is_no_outage(
+    db_url: str,
+) -> None:
+    """The worker's engine bounds every statement (WORKER_DATABASE_TIMEOUT_SECONDS); waiting
+    for the same user's other job is no silent server and must outlast it."""
+    holder_engine = create_engine(db_url, pool_size=2)
+    settings = GithubWorkerSettings(database_url=db_url, worker_database_timeout_seconds=0.3)
+    waiter_engine = settings.database_engine(pool_size=2)
+    holder, waiter = UserLocks(holder_engine), UserLocks(waiter_engine)
+    alice = uuid.uuid4()
+
+    async def take() -> None:
+        async with waiter.hold(alice):
+            pass
+
+    try:
+        async with holder.hold(alice):
+            blocked = asyncio.create_task(take())
+            await asyncio.sleep(1.0)  # more than three of the waiter's statement timeouts
+            assert not blocked.done(), blocked
+        await asyncio.wait_for(blocked, 5)
+    finally:
+        await holder_engine.dispose()
+        await waiter_engine.dispose()

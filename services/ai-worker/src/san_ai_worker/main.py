@@ -13,7 +13,7 @@ from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
 from san_common import cli, probes
 from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
+from san_common.db.engine import create_session_factory
 from san_common.dependencies import require_broker, require_database
 from san_common.probes import Readiness
 from san_common.process import serve
@@ -24,12 +24,7 @@ PROG = "san-ai-worker"
 
 
 async def amain(settings: AiWorkerSettings) -> None:
-    engine = create_engine(
-        settings.database_url,
-        pool_size=settings.worker_prefetch + 2,
-        pre_ping=False,
-        generic_plans=True,
-    )
+    engine = settings.database_engine(pool_size=settings.worker_prefetch + 2)
     ai = build_provider(
         settings.ai_provider,
         base_url=settings.ai_base_url,

@@ -69,7 +69,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.github = GithubServices.from_settings(settings)
         app.state.tokens = token_verifier(settings)
         app.state.provisioned_users = ProvisionedUsers()
-        app.state.job_events = JobEventHub(settings.database_url)  # connects on first use
+        # connects on first use
+        app.state.job_events = JobEventHub(settings.database_url, timeout_seconds=timeout)
         app.state.broker_admin = BrokerAdmin(
             settings.amqp_url, Topology(settings.amqp_prefix), settings.rabbitmq_management_url
         )

@@ -18,6 +18,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 _KEY = "hashtextextended('san-github-user:' || :user_id, 0)"
+_LOCK = "SELECT pg_advisory_lock(hashtextextended('san-github-user:' || $1, 0))"
+# The wait for the user's other job is not the server going silent: the job's own timeout
+# (the run's) bounds it, not the engine's per-statement one, which would turn a long wait
+# into a failed try.
+_LOCK_WAIT_SECONDS = 24 * 3600.0
 
 
 class UserLocks:
@@ -35,7 +40,9 @@ class UserLocks:
         async with local, self._engine.connect() as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             params = {"user_id": str(user_id)}
-            await connection.execute(text(f"SELECT pg_advisory_lock({_KEY})"), params)
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert driver is not None, "a checked-out connection has its driver's"
+            await driver.execute(_LOCK, str(user_id), timeout=_LOCK_WAIT_SECONDS)
             try:
                 yield
             finally:

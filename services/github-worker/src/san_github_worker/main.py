@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from san_common import cli, probes
 from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
+from san_common.db.engine import create_session_factory
 from san_common.dependencies import require_broker, require_database
 from san_common.probes import Readiness
 from san_common.process import serve
@@ -25,12 +25,7 @@ PROG = "san-github-worker"
 
 async def amain(settings: GithubWorkerSettings) -> None:
     # Each in-flight job may hold one connection for its per-user lock besides its queries.
-    engine = create_engine(
-        settings.database_url,
-        pool_size=2 * settings.worker_prefetch + 2,
-        pre_ping=False,
-        generic_plans=True,
-    )
+    engine = settings.database_engine(pool_size=2 * settings.worker_prefetch + 2)
     github = settings.github_client()
     runtime = WorkerRuntime(
         session_factory=create_session_factory(engine),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from san_common import cli, probes
 from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
+from san_common.db.engine import create_session_factory
 from san_common.dependencies import require_broker, require_database
 from san_common.probes import Readiness
 from san_common.process import serve
@@ -22,11 +22,7 @@ PROG = "san-relay"
 
 
 async def amain(settings: RelaySettings) -> None:
-    # a pre-ping per round cost three round trips; a failed round is retried anyway. One
-    # connection per round in flight, and three for the rescuer, cleaner and observer.
-    engine = create_engine(
-        settings.database_url, pool_size=settings.relay_rounds_in_flight + 3, pre_ping=False
-    )
+    engine = settings.database_engine()
     try:
         await require_database(PROG, engine, settings.database_url)
         await require_broker(PROG, settings.amqp_url)

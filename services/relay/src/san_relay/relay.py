@@ -135,6 +135,8 @@ class Relay:
                 published = await self.publish_once(channel)
             except Exception as exc:  # the database or broker is away: retry, never die
                 failures += 1
+                if isinstance(exc, TimeoutError):  # PostgreSQL went silent (engine timeouts)
+                    self._forget_listener()
                 decision = ROUND_BACKOFF.decide(exc, failures)
                 delay = decision.after if isinstance(decision, Retry) else 0.5
                 # One line per failed round, however big the batch (the traceback at
@@ -276,11 +278,21 @@ class Relay:
             return  # another round listened again while this one waited
         if self._listener is not None:
             log.warning("LISTEN connection lost; listening again")
-        connection = await asyncpg.connect(plain_url(self._settings.database_url))
+        timeout = self._settings.relay_database_timeout_seconds
+        connection = await asyncpg.connect(
+            plain_url(self._settings.database_url), timeout=timeout, command_timeout=timeout
+        )
         await connection.add_listener(NOTIFY_CHANNEL, lambda *_: self._wakeup.set())
         # Waking on the loss makes the next round listen again (and catch up by polling).
         connection.add_termination_listener(lambda *_: self._wakeup.set())
         self._listener = connection
+
+    def _forget_listener(self) -> None:
+        """The round's connection stopped answering: the listener's very likely went silent
+        with it, and a partition that sends no reset would leave it open and deaf for good
+        (the relay down to polling). The next round listens again on a new connection."""
+        if self._listener is not None and not self._listener.is_closed():
+            self._listener.terminate()
 
     async def _wait_for_backlog(self, stop: asyncio.Event) -> None:
         # A full batch found after this clear sets it again; one set before it is lost,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
+from sqlalchemy import event
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -33,6 +34,7 @@ def create_engine(
     pre_ping: bool = True,
     generic_plans: bool = False,
     timeout_seconds: float | None = None,
+    idle_transaction_seconds: float | None = None,
 ) -> AsyncEngine:
     """The hot paths (the workers' claims and completions, the relay's rounds, the API's
     requests) turn the first two defaults off (docs/performance.md):
@@ -50,15 +52,28 @@ def create_engine(
     `timeout_seconds` bounds each wait on the server — a pooled connection, a connect, a
     statement — so a server that stops answering without closing the connection (a network
     partition) fails the caller in time instead of holding it until TCP gives up.
+
+    `idle_transaction_seconds` is the server's side of the same partition: a transaction
+    left open by a client that no longer answers is ended by PostgreSQL after that long
+    (`idle_in_transaction_session_timeout`), so its row locks do not stall the processes
+    that took over its work. Only for engines whose transactions never wait on anything
+    but their own statements.
     """
     if not url:
         raise ValueError("DATABASE_URL is empty: start the local launcher or set DATABASE_URL")
     connect_args: dict[str, object] = {}
+    server_settings: dict[str, str] = {}
     if generic_plans:
-        connect_args["server_settings"] = {"plan_cache_mode": "force_generic_plan"}
+        server_settings["plan_cache_mode"] = "force_generic_plan"
+    if idle_transaction_seconds is not None:
+        server_settings["idle_in_transaction_session_timeout"] = (
+            f"{round(idle_transaction_seconds * 1000)}ms"
+        )
+    if server_settings:
+        connect_args["server_settings"] = server_settings
     if timeout_seconds is not None:
         connect_args.update(timeout=timeout_seconds, command_timeout=timeout_seconds)
-    return create_async_engine(
+    engine = create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -67,6 +82,20 @@ def create_engine(
         echo=echo,
         **({"pool_timeout": timeout_seconds} if timeout_seconds is not None else {}),
     )
+    if timeout_seconds is not None:
+        event.listen(engine.sync_engine, "handle_error", _silence_is_a_disconnect)
+    return engine
+
+
+def _silence_is_a_disconnect(context: ExceptionContext) -> None:
+    """A statement the server did not answer in time. SQLAlchemy already discards its
+    connection, but keeps the rest of the pool (an asyncio timeout is "the caller gave
+    up", not "the server went away"). Here it means the server went silent: the pooled
+    connections opened before it very likely went with it (a partition, a failover), and
+    each would cost a caller one more timeout, so they are replaced as after a reset."""
+    if isinstance(context.original_exception, TimeoutError):
+        context.is_disconnect = True
+        context.invalidate_pool_on_disconnect = True
 
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from pydantic import Field
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from san_common.db.engine import create_engine
 from san_common.settings import ServiceSettings
 from san_common.worker.executor import RuntimeConfig
 
@@ -22,6 +24,28 @@ class WorkerSettings(ServiceSettings):
     worker_drain_seconds: float = Field(default=30.0, ge=0)
     worker_rate_limit_waits: int = Field(default=5, ge=0, le=100)
     worker_max_retry_after_seconds: float = Field(default=900.0, ge=0)
+    worker_database_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest wait on PostgreSQL for a connection, a connect or a statement",
+    )
+
+    def database_engine(self, pool_size: int) -> AsyncEngine:
+        """The worker's engine (docs/performance.md, "The engines"; docs/reliability.md,
+        "Partitions"). A worker cut off from PostgreSQL without a reset fails its claims in
+        time and takes the outage path — the delivery goes back to the broker for another
+        worker — instead of holding it until TCP gives up; and the server ends a
+        transaction the cut-off worker left open, whose row locks would stall that other
+        worker (a worker's transactions wait on nothing but their own statements)."""
+        timeout = self.worker_database_timeout_seconds
+        return create_engine(
+            self.database_url,
+            pool_size=pool_size,
+            pre_ping=False,
+            generic_plans=True,
+            timeout_seconds=timeout,
+            idle_transaction_seconds=timeout,
+        )
 
     def runtime_config(self) -> RuntimeConfig:
         return RuntimeConfig(

@@ -32,8 +32,9 @@ class Subscription:
 
 
 class JobEventHub:
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, *, timeout_seconds: float) -> None:
         self._url = plain_url(database_url)
+        self._timeout = timeout_seconds  # to connect and to LISTEN: a silent server is a 503
         self._subscribers: dict[uuid.UUID | None, set[Subscription]] = {}
         self._connection: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
@@ -58,7 +59,9 @@ class JobEventHub:
         async with self._lock:
             if self._connection is not None and not self._connection.is_closed():
                 return
-            connection = await asyncpg.connect(self._url)
+            connection = await asyncpg.connect(
+                self._url, timeout=self._timeout, command_timeout=self._timeout
+            )
             await connection.add_listener(CHANNEL, self._on_notify)
             connection.add_termination_listener(self._on_lost)
             self._connection = connection

@@ -1,0 +1,90 @@
+"""The workers' and the relay's engines, as their settings build them, against a server
+that goes silent (a TCP proxy whose open connections stop forwarding, no reset): each wait
+is bounded, the silent pool is replaced after the first timeout rather than one timeout per
+pooled connection, and a transaction its client stopped driving is ended by the server,
+so its locks do not stall whoever took over the work (tests/faults/test_partitions.py runs
+the same faults against the services as processes)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from san_common.db.engine import create_engine
+from san_common.errors import is_connection_loss
+from san_common.worker.settings import WorkerSettings
+from san_relay.settings import RelaySettings
+from tests.tcp_proxy import TcpProxy
+
+TIMEOUT = 0.5
+
+
+def _worker_engine(url: str) -> AsyncEngine:
+    settings = WorkerSettings(database_url=url, worker_database_timeout_seconds=TIMEOUT)
+    return settings.database_engine(pool_size=3)
+
+
+def _relay_engine(url: str) -> AsyncEngine:
+    settings = RelaySettings(
+        database_url=url,
+        relay_database_timeout_seconds=TIMEOUT,
+        relay_publish_timeout_seconds=TIMEOUT,
+        relay_rounds_in_flight=1,
+    )
+    return settings.database_engine()
+
+
+ENGINES = pytest.mark.parametrize("build", [_worker_engine, _relay_engine], ids=["worker", "relay"])
+
+
+async def _pid(engine: AsyncEngine) -> int:
+    async with engine.connect() as connection:
+        return int(await connection.scalar(text("SELECT pg_backend_pid()")))
+
+
+@ENGINES
+async def test_after_one_silent_statement_the_pool_is_replaced_not_timed_out_one_by_one(
+    db_url: str, build: Callable[[str], AsyncEngine]
+) -> None:
+    with TcpProxy(db_url) as proxy:
+        engine = build(proxy.url)
+        try:
+            # three pooled connections, all open at once
+            opened = set(await asyncio.gather(*(_pid(engine) for _ in range(3))))
+            assert len(opened) == 3
+            proxy.strand()
+            with pytest.raises(TimeoutError) as silent:
+                await asyncio.wait_for(_pid(engine), 10 * TIMEOUT)
+            assert is_connection_loss(silent.value)  # the executor's outage path
+            # the other two pooled connections went silent too: neither costs a timeout
+            after = [await asyncio.wait_for(_pid(engine), 10 * TIMEOUT) for _ in range(3)]
+            assert not opened & set(after), (opened, after)
+        finally:
+            await engine.dispose()
+
+
+@ENGINES
+async def test_a_transaction_its_client_stopped_driving_is_ended_by_the_server(
+    db_url: str, build: Callable[[str], AsyncEngine]
+) -> None:
+    engine = build(db_url)
+    other = create_engine(db_url, pool_size=1)
+    try:
+        async with engine.connect() as silent:
+            await silent.execute(text("SELECT pg_advisory_xact_lock(4242)"))
+            # the client goes quiet inside its transaction; another waits for its lock
+            async with other.connect() as taker:
+                await asyncio.wait_for(
+                    taker.execute(text("SELECT pg_advisory_xact_lock(4242)")), 20 * TIMEOUT
+                )
+                await taker.rollback()
+            with pytest.raises(Exception) as ended:
+                await silent.execute(text("SELECT 1"))
+            assert is_connection_loss(ended.value), ended.value
+    finally:
+        await engine.dispose()
+        await other.dispose()
