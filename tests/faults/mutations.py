@@ -47,6 +47,7 @@ WORKER_SETTINGS = "libs/common/src/san_common/worker/settings.py"
 RELAY_SETTINGS = "services/relay/src/san_relay/settings.py"
 GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
 EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
+CONSUMER = "libs/common/src/san_common/worker/consumer.py"
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 PARTITION = tuple(
@@ -508,6 +509,15 @@ MUTATIONS = (
         (
             "tests/api/test_job_events.py::test_a_silent_database_fails_a_subscription_in_time"
             "_and_listening_resumes",
+        ),
+    ),
+    Mutation(
+        "worker-consumes-without-database",
+        "a worker whose database is unreachable keeps consuming (no breaker)",
+        (Edit(CONSUMER, "if is_connection_loss(exc):\n", "if False:\n"),),
+        (
+            "tests/worker/test_pause.py::test_a_worker_whose_database_is_unreachable_stops"
+            "_consuming_until_it_answers",
         ),
     ),
 )

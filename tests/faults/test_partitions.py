@@ -75,8 +75,10 @@ async def test_a_worker_cut_off_from_postgres_gives_its_deliveries_back_to_anoth
         healed = time.monotonic() - frozen_at
         rows = (await job_rows(db, seeded.job_ids)).values()
         assert all(f":{other.popen.pid}:" in (r["worker_id"] or "") for r in rows), rows
-        # It gave them back through the outage path (released, requeued), not by dying.
+        # It gave them back through the outage path (released, requeued), not by dying,
+        # and stopped taking new ones (the breaker).
         assert _logged(cut_off, "database unavailable; job requeued")
+        assert _logged(cut_off, "database unreachable; consuming stopped until it answers")
         assert cut_off.popen.poll() is None, "the cut-off worker died instead of waiting"
 
         # Healed: with the other worker gone, the cut-off one takes up work again.
@@ -98,6 +100,7 @@ async def test_a_worker_cut_off_from_postgres_gives_its_deliveries_back_to_anoth
             interval=0.2,
             context=lambda: cut_off.log()[-3000:],
         )
+        assert _logged(cut_off, "database answers again; consuming")
     assert await statuses(db, [*seeded.job_ids, *more.job_ids]) == {"COMPLETED": jobs + 3}
     record(
         Figures(

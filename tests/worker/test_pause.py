@@ -21,11 +21,13 @@ from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, Scrap
 from san_common.worker import WorkerRuntime
+from san_common.worker.settings import WorkerSettings
 from tests.admin.support import Sessions, new_user, operator_headers
 from tests.api.support import api_with
 from tests.conftest import api_settings
 from tests.fakes.fake_ai import FakeAiServer
 from tests.running import FAST, worker_and_relay
+from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually, settled_job
 
 pytestmark = pytest.mark.rabbit
@@ -143,3 +145,44 @@ async def job_status(sessions: Sessions, job_id: uuid.UUID) -> str:
         job = await session.get(AsyncJob, job_id)
         assert job is not None
         return job.status
+
+
+async def test_a_worker_whose_database_is_unreachable_stops_consuming_until_it_answers(
+    fresh_db_url: str, amqp_url: str, topology: Topology
+) -> None:
+    """The breaker: the worker's database behind a proxy that is cut (connections reset,
+    new ones refused, as a stopped server) — its consumers are cancelled, so the queue
+    keeps its messages instead of lending them to a worker that can only requeue them;
+    restored, it consumes again. The worker's engine is the one its settings build."""
+    queue = topology.queue_name(JobType.CARD_ANALYSIS)
+    stop = asyncio.Event()
+    with TcpProxy(fresh_db_url) as proxy:
+        settings = WorkerSettings(database_url=proxy.url, worker_database_timeout_seconds=2)
+        engine = settings.database_engine(pool_size=4)
+        runtime = WorkerRuntime(
+            session_factory=create_session_factory(engine),
+            amqp_url=amqp_url,
+            topology=topology,
+            handlers=build_handlers(build_provider("local")),
+            config=FAST,
+        )
+        task = asyncio.create_task(runtime.run(stop))
+        try:
+            await asyncio.wait_for(runtime.connected.wait(), 20)
+            assert await consumers_are(amqp_url, queue, 1)
+            proxy.cut()
+            await eventually(
+                lambda: consumers_are(amqp_url, queue, 0),
+                within=PAUSE_WITHIN,
+                what="the worker to stop consuming while its database is unreachable",
+            )
+            proxy.restore()
+            await eventually(
+                lambda: consumers_are(amqp_url, queue, 1),
+                within=PAUSE_WITHIN,
+                what="the worker to consume again once its database answers",
+            )
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await engine.dispose()

@@ -28,6 +28,7 @@ from aio_pika.abc import (
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
+from san_common.errors import cause_chain, is_connection_loss
 from san_common.worker.pauses import PausedTypes
 
 log = logging.getLogger("san_common.worker")
@@ -184,35 +185,53 @@ class Consumer:
     ) -> None:
         """Until `stop`: every `pause_poll_seconds`, cancel the consumer of each job type an
         operator paused and consume again once resumed. A paused queue keeps its messages;
-        deliveries already received are still run (and acked) as usual."""
+        deliveries already received are still run (and settled) as usual.
+
+        The same read is the worker's breaker: while it finds the database unreachable (a
+        reset, a refusal, or no answer within the engine's timeout), no queue is consumed.
+        Each delivery taken meanwhile could only be requeued after a pause, again and
+        again for a long outage, and every requeue counts against the queue's delivery
+        limit; a worker cut off alone would keep taking its share of messages that the
+        others could run. The messages wait in the queue instead, and consuming resumes
+        at the first read that succeeds."""
         if self._paused is None:
             await stop.wait()
             return
         callbacks = {queue.name: self._callbacks[i] for i, (queue, _) in enumerate(consumers)}
-        unreadable = False
+        paused: frozenset[str] = frozenset()
+        unreachable = unreadable = False
         while True:
             try:
-                paused = await self._paused()
-                unreadable = False
-            except Exception as exc:  # the database is down: keep consuming as we were
-                # One line per outage, no traceback: the executor reports the outage itself.
-                if not unreadable:
+                now_paused = await self._paused()
+            except Exception as exc:
+                if is_connection_loss(exc):
+                    if not unreachable:
+                        log.warning(
+                            "database unreachable; consuming stopped until it answers",
+                            extra={"fields": {"error": cause_chain(exc)[:500]}},
+                        )
+                    unreachable = True
+                elif not unreadable:  # not an outage: keep consuming as we were
                     log.info(
                         "paused job types unreadable; consuming as before",
                         extra={"fields": {"error": type(exc).__name__}},
                     )
-                unreadable = True
-                paused = None
-            if paused is not None:
-                for i, (queue, tag) in enumerate(consumers):
-                    job_type = self._job_types[i]
-                    if job_type in paused and tag:
-                        await queue.cancel(tag)
-                        consumers[i] = (queue, "")
-                        log.info("job type paused", extra={"fields": {"job_type": job_type}})
-                    elif job_type not in paused and not tag:
-                        consumers[i] = (queue, await queue.consume(callbacks[queue.name]))
-                        log.info("job type resumed", extra={"fields": {"job_type": job_type}})
+                    unreadable = True
+            else:
+                if unreachable:
+                    log.info("database answers again; consuming")
+                for job_type in sorted(now_paused - paused):
+                    log.info("job type paused", extra={"fields": {"job_type": job_type}})
+                for job_type in sorted(paused - now_paused):
+                    log.info("job type resumed", extra={"fields": {"job_type": job_type}})
+                paused, unreachable, unreadable = now_paused, False, False
+            idle = frozenset(self._job_types) if unreachable else paused
+            for i, (queue, tag) in enumerate(consumers):
+                if self._job_types[i] in idle and tag:
+                    await queue.cancel(tag)
+                    consumers[i] = (queue, "")
+                elif self._job_types[i] not in idle and not tag:
+                    consumers[i] = (queue, await queue.consume(callbacks[queue.name]))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self._pause_poll_seconds)
                 return
