@@ -198,11 +198,12 @@ class Consumer:
             await stop.wait()
             return
         callbacks = {queue.name: self._callbacks[i] for i, (queue, _) in enumerate(consumers)}
+        served = frozenset(self._job_types)
         paused: frozenset[str] = frozenset()
         unreachable = unreadable = False
         while True:
             try:
-                now_paused = await self._paused()
+                now_paused = await self._paused() & served
             except Exception as exc:
                 if is_connection_loss(exc):
                     if not unreachable:
@@ -225,7 +226,7 @@ class Consumer:
                 for job_type in sorted(paused - now_paused):
                     log.info("job type resumed", extra={"fields": {"job_type": job_type}})
                 paused, unreachable, unreadable = now_paused, False, False
-            idle = frozenset(self._job_types) if unreachable else paused
+            idle = served if unreachable else paused
             for i, (queue, tag) in enumerate(consumers):
                 if self._job_types[i] in idle and tag:
                     await queue.cancel(tag)
