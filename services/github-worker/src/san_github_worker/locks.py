@@ -14,11 +14,11 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-_KEY = "hashtextextended('san-github-user:' || :user_id, 0)"
-_LOCK = "SELECT pg_advisory_lock(hashtextextended('san-github-user:' || $1, 0))"
+_KEY = "hashtextextended('san-github-user:' || $1, 0)"
+_LOCK = f"SELECT pg_advisory_lock({_KEY})"
+_UNLOCK = f"SELECT pg_advisory_unlock({_KEY})"
 # The wait for the user's other job is not the server going silent: the job's own timeout
 # (the run's) bounds it, not the engine's per-statement one, which would turn a long wait
 # into a failed try.
@@ -39,7 +39,6 @@ class UserLocks:
             local = self._local[user_id] = asyncio.Lock()
         async with local, self._engine.connect() as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
-            params = {"user_id": str(user_id)}
             driver = (await connection.get_raw_connection()).driver_connection
             assert driver is not None, "a checked-out connection has its driver's"
             await driver.execute(_LOCK, str(user_id), timeout=_LOCK_WAIT_SECONDS)
@@ -47,7 +46,7 @@ class UserLocks:
                 yield
             finally:
                 try:
-                    await connection.execute(text(f"SELECT pg_advisory_unlock({_KEY})"), params)
+                    await driver.execute(_UNLOCK, str(user_id))
                 except BaseException:
                     # A pooled connection must never carry the lock to its next user.
                     await connection.invalidate()
