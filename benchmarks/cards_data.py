@@ -20,10 +20,16 @@ NOISE_POOL = 1024
 SPREAD = 0.6  # noise per coordinate relative to a centre's (both ~N(0,1) before normalising)
 
 
-async def fill(connection: asyncpg.Connection, user_external_id: str, cards: int) -> float:
+async def fill(
+    connection: asyncpg.Connection,
+    user_external_id: str,
+    cards: int,
+    *,
+    maintenance_work_mem: str = "2GB",
+) -> float:
     """Insert `cards` scraps + cards for one new user, HNSW index built after the rows (as a
     bulk load is done); returns the seconds the index build took."""
-    await connection.execute("SET maintenance_work_mem = '2GB'")
+    await connection.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
     await connection.execute("SET max_parallel_maintenance_workers = 2")
     await connection.execute("ALTER TABLE knowledge_cards SET (parallel_workers = 2)")
     await connection.execute("DROP INDEX IF EXISTS ix_knowledge_cards_embedding_hnsw")
