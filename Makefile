@@ -11,14 +11,14 @@ PYTEST_ARGS ?=
 # Trust the system certificate store (corporate proxies and mirrors put their CA there).
 export UV_SYSTEM_CERTS ?= 1
 
-.PHONY: help setup run-env run demo test token lint typecheck bench soak mutants clean
+.PHONY: help setup run-env run demo test token lint typecheck bench soak scaling mutants clean
 
 help:
 	@echo "make run    - embedded PostgreSQL + RabbitMQ + every service, logs here, Ctrl-C stops"
 	@echo "make demo   - walk the README's 'Try it' against a running 'make run'"
 	@echo "make test   - install and run the whole test suite"
 	@echo "make token  - mint a bearer token for local use (SUBJECT=local-user)"
-	@echo "make lint / typecheck / bench / soak"
+	@echo "make lint / typecheck / bench / soak / scaling"
 	@echo "make mutants - break each lease/fencing guarantee in a copy, check the suite turns red"
 
 # A fresh machine has no uv: install the pinned one with the python3 it has.
@@ -67,6 +67,11 @@ bench: setup
 # (start, peak, end, trend), reported, not asserted; SOAK_ARGS="--minutes 1", "--help".
 soak: setup
 	$(UV) run --frozen python -m benchmarks.soak $(SOAK_ARGS)
+
+# Cost curves as the tables grow (docs/scaling.md): 10k / 100k / 1M jobs, 10k / 100k cards;
+# SCALING_ARGS="--cards 1000000", "--help".
+scaling: setup
+	$(UV) run --frozen python -m benchmarks.scaling $(SCALING_ARGS)
 
 clean:
 	rm -rf .venv $(TOOLS) .data .pytest_cache .mypy_cache .ruff_cache
