@@ -45,12 +45,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PEERS_VENV = ROOT / ".bench" / "peers-venv"
 SYSTEMS = ("san", "procrastinate", "pgqueuer", "celery", "dramatiq")
+PEERS = SYSTEMS[1:]  # issue 13's peers, each with its defaults: the acceptance's baselines
+# Run only when asked (`--systems … dramatiq_durable`), never a baseline: a peer made as
+# durable on the broker as SAN, to show what that costs it.
+VARIANTS = ("dramatiq_durable",)
 LABELS = {
     "san": "SAN",
     "procrastinate": "procrastinate (PostgreSQL)",
     "pgqueuer": "pgqueuer (PostgreSQL)",
     "celery": "Celery (RabbitMQ)",
     "dramatiq": "Dramatiq (RabbitMQ)",
+    "dramatiq_durable": "Dramatiq, quorum queue + publisher confirms (reported, no bar)",
 }
 
 
@@ -186,7 +191,7 @@ def render_cpu(table: dict[str, dict[str, Any]]) -> str:
         + " |",
         "|---|---|" + "---|" * len(CPU_PARTS),
     ]
-    for system in SYSTEMS:
+    for system in SYSTEMS + VARIANTS:
         for scenario in ("drain", "burst"):
             cpu = table.get(system, {}).get(f"{scenario}_cpu")
             if cpu:
@@ -218,7 +223,7 @@ def render_rss(table: dict[str, dict[str, Any]], ratios_rss: dict[str, float]) -
         "| other processes |",
         "|---|---|---|",
     ]
-    for system in SYSTEMS:
+    for system in SYSTEMS + VARIANTS:
         peaks = dict(table.get(system, {}).get("peak_rss_mb") or {})
         if peaks:
             worker = peaks.pop("worker", None)
@@ -242,7 +247,7 @@ def render_peers(table: dict[str, dict[str, Any]], args: Any) -> str:
         f"| paced {args.paced_rate:g} jobs/s: enqueue→start p50 (ms) | paced: p99 (ms) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for system in SYSTEMS:
+    for system in SYSTEMS + VARIANTS:
         if system not in table:
             continue
         row = table[system]
@@ -274,12 +279,12 @@ def acceptance(table: dict[str, dict[str, Any]], extra: dict[str, Any]) -> list[
         rows.append(("drain ≥ 1.0 × pgqueuer", f"{san_drain / pgq:.2f}×"))
     if san_drain and rabbit:
         rows.append(("drain ≥ 0.8 × max(Celery, Dramatiq)", f"{san_drain / max(rabbit):.2f}×"))
-    peers_burst = [med(s, "burst_rate") for s in SYSTEMS[1:]]
+    peers_burst = [med(s, "burst_rate") for s in PEERS]
     best_burst = max((v for v in peers_burst if v), default=None)
     san_burst = med("san", "burst_rate")
     if san_burst and best_burst:
         rows.append(("burst enqueue→done ≥ 1.0 × best peer", f"{san_burst / best_burst:.2f}×"))
-    peers_p99 = [med(s, "paced_p99_ms") for s in SYSTEMS[1:]]
+    peers_p99 = [med(s, "paced_p99_ms") for s in PEERS]
     best_p99 = min((v for v in peers_p99 if v), default=None)
     san_p99 = med("san", "paced_p99_ms")
     if san_p99 and best_p99:
@@ -310,7 +315,7 @@ async def main_async(args: Any) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     os.environ["BENCH_LOG_DIR"] = str(log_dir)
     started = time.time()
-    systems = [s for s in SYSTEMS if s in args.systems]
+    systems = [s for s in SYSTEMS + VARIANTS if s in args.systems]
     peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
     print(f"peers installed in {time.time() - started:.0f}s", flush=True)
     # Where the wall time went (docs/performance.md, "bench wall time").
@@ -399,7 +404,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--paced-rate", type=float, default=20.0)
     parser.add_argument("--paced-seconds", type=float, default=10.0)
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS + VARIANTS)
     parser.add_argument(
         "--scenarios",
         nargs="+",

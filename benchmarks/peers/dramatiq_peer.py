@@ -3,6 +3,7 @@ it acks after the job by default."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -20,11 +21,16 @@ QUEUE = "bench_dramatiq"
 _local = threading.local()
 
 
-def setup(database_url: str, amqp_url: str) -> dramatiq.Actor:  # type: ignore[type-arg]
-    broker = RabbitmqBroker(url=amqp_url)
-    dramatiq.set_broker(broker)
+def setup(
+    database_url: str,
+    amqp_url: str,
+    broker: type[RabbitmqBroker] = RabbitmqBroker,
+    queue: str = QUEUE,
+    **options: object,
+) -> dramatiq.Actor:  # type: ignore[type-arg]
+    dramatiq.set_broker(broker(url=amqp_url, **options))
 
-    @dramatiq.actor(queue_name=QUEUE, max_retries=0)
+    @dramatiq.actor(queue_name=queue, max_retries=0)
     def noop(row_id: str) -> None:
         entered = time.time()
         connection = getattr(_local, "connection", None)
@@ -36,15 +42,22 @@ def setup(database_url: str, amqp_url: str) -> dramatiq.Actor:  # type: ignore[t
 
 
 class DramatiqPeer:
+    # what the dramatiq CLI imports in the worker (the driver itself runs as __main__)
+    module = "benchmarks.peers.dramatiq_peer"
+    queue = QUEUE
+
     def __init__(self, database_url: str, amqp_url: str) -> None:
         self.database_url = database_url
         self.amqp_url = amqp_url
-        self.noop = setup(database_url, amqp_url)
+        self.noop = self.setup()
+
+    def setup(self) -> dramatiq.Actor:  # type: ignore[type-arg]
+        return setup(self.database_url, self.amqp_url)
 
     async def prepare(self, connection: asyncpg.Connection) -> None:
         broker = dramatiq.get_broker()
-        broker.declare_queue(QUEUE)
-        broker.flush(QUEUE)
+        broker.declare_queue(self.queue)
+        broker.flush(self.queue)
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         return spawn(
@@ -56,9 +69,13 @@ class DramatiqPeer:
                 "1",
                 "--threads",
                 "8",
-                "benchmarks.peers.dramatiq_peer",
+                self.module,
             ],
-            env={"BENCH_DATABASE_URL": self.database_url, "BENCH_AMQP_URL": self.amqp_url},
+            env={
+                "BENCH_DATABASE_URL": self.database_url,
+                "BENCH_AMQP_URL": self.amqp_url,
+                "BENCH_DRAMATIQ_MODULE": self.module,
+            },
         )
 
     async def enqueue(self, row_id: uuid.UUID) -> None:
@@ -79,8 +96,5 @@ class DramatiqPeer:
 
 if __name__ == "__main__":
     cli(DramatiqPeer)
-else:
-    import os
-
-    if os.environ.get("BENCH_DATABASE_URL"):  # imported by the dramatiq CLI in the worker
-        setup(os.environ["BENCH_DATABASE_URL"], os.environ["BENCH_AMQP_URL"])
+elif os.environ.get("BENCH_DRAMATIQ_MODULE") == __name__:  # the dramatiq CLI's worker
+    setup(os.environ["BENCH_DATABASE_URL"], os.environ["BENCH_AMQP_URL"])
