@@ -20,7 +20,7 @@ import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -203,8 +203,11 @@ async def jobs_curve(server: str, sizes: list[int], samples: int) -> list[dict[s
     return rows
 
 
-async def cards_curve(server: str, sizes: list[int], samples: int) -> list[dict[str, Any]]:
-    from benchmarks.san_ratios import _EXACT, _FORCED
+async def cards_curve(
+    server: str, sizes: list[int], samples: int, ef_searches: Sequence[int | None] = (None,)
+) -> list[dict[str, Any]]:
+    """One row per size and `hnsw.ef_search` (None: the `nearest_cards` function's own)."""
+    from benchmarks.san_ratios import _EXACT
 
     rows = []
     for size in sizes:
@@ -224,41 +227,61 @@ async def cards_curve(server: str, sizes: list[int], samples: int) -> list[dict[
                     "SELECT id FROM knowledge_cards ORDER BY random() LIMIT $1", samples
                 )
             ]
-            exact, forced, recall = [], [], []
+            exact = []
             truth = {}
-            # an exact scan reads every embedding of the user: ~20 s each at 1M cards
+            # an exact scan reads every embedding of the user: ~5 s each at 1M cards
             for card in ids[: max(5, samples // (5 if size < 500_000 else 10))]:
                 t = time.perf_counter()
                 truth[card] = {r[0] for r in await db.fetch(_EXACT, card, user_id)}
                 exact.append((time.perf_counter() - t) * 1000)
-            async with db.transaction():
-                await cards_data.search_settings(db)
-                for card in ids:
-                    t = time.perf_counter()
-                    got = {r[0] for r in await db.fetch(_FORCED, card, user_id)}
-                    forced.append((time.perf_counter() - t) * 1000)
-                    if card in truth:
-                        recall.append(len(got & truth[card]) / 10)
             sizes_mb = await db.fetchrow(
                 "SELECT pg_total_relation_size('knowledge_cards') / 1e6 AS table_mb,"
                 " pg_relation_size('ix_knowledge_cards_embedding_hnsw') / 1e6 AS hnsw_mb"
             )
-            row = {
-                "cards": size,
-                "similar_sql_ms": _ms(forced),
-                "exact_ms": _ms(exact),
-                "recall_at_10": f"{statistics.mean(recall):.3f}",
-                "rows_insert_s": f"{fill_s:.0f}",
-                "index_build_s": f"{build:.0f}",
-                "table_mb": f"{sizes_mb['table_mb']:.0f}",
-                "hnsw_mb": f"{sizes_mb['hnsw_mb']:.0f}",
-                "load": load_note(),
-            }
-            print(row, flush=True)
-            rows.append(row)
+            for ef_search in ef_searches:
+                searched, recall = await _searches(db, user_id, ids, truth, ef_search)
+                row = {
+                    "cards": size,
+                    "ef_search": ef_search or "function's",
+                    "similar_sql_ms": _ms(searched),
+                    "exact_ms": _ms(exact),
+                    "recall_at_10": f"{statistics.mean(recall):.3f}",
+                    "rows_insert_s": f"{fill_s:.0f}",
+                    "index_build_s": f"{build:.0f}",
+                    "table_mb": f"{sizes_mb['table_mb']:.0f}",
+                    "hnsw_mb": f"{sizes_mb['hnsw_mb']:.0f}",
+                    "load": load_note(),
+                }
+                print(row, flush=True)
+                rows.append(row)
         finally:
             await db.close()
     return rows
+
+
+async def _searches(
+    db: asyncpg.Connection,
+    user_id: uuid.UUID,
+    cards: list[uuid.UUID],
+    truth: dict[uuid.UUID, set[uuid.UUID]],
+    ef_search: int | None,
+) -> tuple[list[float], list[float]]:
+    """The similar-cards SQL for each card under the API's planner settings (`ef_search`
+    overriding the function's): milliseconds each, and recall@10 where the truth is known."""
+    from benchmarks.san_ratios import _FORCED
+
+    searched, recall = [], []
+    async with db.transaction():
+        await cards_data.search_settings(db)
+        if ef_search is not None:
+            await db.execute("SELECT set_config('hnsw.ef_search', $1, true)", str(ef_search))
+        for card in cards:
+            t = time.perf_counter()
+            got = {r[0] for r in await db.fetch(_FORCED, card, user_id)}
+            searched.append((time.perf_counter() - t) * 1000)
+            if card in truth:
+                recall.append(len(got & truth[card]) / 10)
+    return searched, recall
 
 
 def _graph_memory(cards: int) -> str:
@@ -290,7 +313,8 @@ async def main_async(args: argparse.Namespace) -> None:
             curve = await jobs_curve(server, args.jobs, args.samples)
             parts += ["", "p50 / p99 in ms", "", _table(curve)]
         if args.cards:
-            parts += ["", _table(await cards_curve(server, args.cards, args.samples // 2))]
+            curve = await cards_curve(server, args.cards, args.samples // 2, args.ef_search)
+            parts += ["", _table(curve)]
     text = "\n".join(parts) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -302,6 +326,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--cards", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--samples", type=int, default=200, help="jobs (cards: half) per size")
+    parser.add_argument(
+        "--ef-search",
+        type=int,
+        nargs="+",
+        default=[None],
+        help="cards: hnsw.ef_search values to measure (default: the function's own)",
+    )
     parser.add_argument("--out", default="scaling.md", help="results file (benchmarks/results/)")
     asyncio.run(main_async(parser.parse_args()))
 

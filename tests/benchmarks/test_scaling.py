@@ -20,7 +20,10 @@ async def test_the_jobs_curve_measures_every_step_at_each_size(pg_server: str) -
 
 
 async def test_the_cards_curve_reports_recall_against_the_exact_scan(pg_server: str) -> None:
-    (row,) = await cards_curve(pg_server, [400], samples=10)
-    assert row["cards"] == 400
+    row, wider = await cards_curve(pg_server, [400], samples=10, ef_searches=(None, 400))
+    assert (row["cards"], row["ef_search"]) == (400, "function's")
     assert float(row["recall_at_10"]) >= 0.9
     assert int(row["hnsw_mb"]) > 0
+    # a wider search over the same cards, against the same exact answers
+    assert (wider["ef_search"], wider["exact_ms"]) == (400, row["exact_ms"])
+    assert float(wider["recall_at_10"]) >= 0.9
