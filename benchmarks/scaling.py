@@ -242,7 +242,7 @@ async def cards_curve(
                 searched, recall = await _searches(db, user_id, ids, truth, ef_search)
                 row = {
                     "cards": size,
-                    "ef_search": ef_search or "function's",
+                    "ef_search": "function's" if ef_search is None else ef_search,
                     "similar_sql_ms": _ms(searched),
                     "exact_ms": _ms(exact),
                     "recall_at_10": f"{statistics.mean(recall):.3f}",
