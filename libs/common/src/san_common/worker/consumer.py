@@ -170,12 +170,7 @@ class Consumer:
         self._callbacks: list[Callable[[AbstractIncomingMessage], Awaitable[None]]] = []
         for job_type in self._job_types:
             queue = queues[job_type]
-
-            async def on_message(
-                message: AbstractIncomingMessage, job_type: str = job_type
-            ) -> None:
-                self._start(AmqpDelivery(message, dead_letters, job_type))
-
+            on_message = self._receiver(dead_letters, job_type)
             self._callbacks.append(on_message)
             consumers.append((queue, await queue.consume(on_message)))
         return consumers
