@@ -45,6 +45,7 @@ API_APP = "services/api/src/san_api/app.py"
 ENGINE = "libs/common/src/san_common/db/engine.py"
 WORKER_SETTINGS = "libs/common/src/san_common/worker/settings.py"
 RELAY_SETTINGS = "services/relay/src/san_relay/settings.py"
+RECOVERY_SETTINGS = "services/recovery/src/san_recovery/settings.py"
 GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
 EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
 CONSUMER = "libs/common/src/san_common/worker/consumer.py"
@@ -494,6 +495,22 @@ MUTATIONS = (
         (
             "tests/github/test_user_locks.py::test_a_wait_longer_than_the_engines_statement"
             "_timeout_is_no_outage",
+        ),
+    ),
+    Mutation(
+        "recovery-waits-unbounded",
+        "the recovery service waits on a silent PostgreSQL connection until TCP gives up",
+        (Edit(RECOVERY_SETTINGS, "            timeout_seconds=timeout,\n", ""),),
+        (
+            f"{PARTITIONS}::test_a_recovery_service_whose_connections_go_silent_runs_the_next_sweeps",
+        ),
+    ),
+    Mutation(
+        "recovery-abandoned-transaction-kept",
+        "the server keeps a transaction the silent recovery service left open (and its locks)",
+        (Edit(RECOVERY_SETTINGS, "            idle_transaction_seconds=timeout,\n", ""),),
+        (
+            f"{TIMEOUTS}::test_a_transaction_its_client_stopped_driving_is_ended_by_the_server[recovery]",
         ),
     ),
     Mutation(

@@ -1,10 +1,12 @@
-"""Network partitions between a worker or the relay and PostgreSQL: connections stay open,
-bytes go nowhere, no reset ever comes (a TCP proxy that stops forwarding). Without bounds
-on the database waits, such a process hangs in its statement until TCP gives up — tens of
-minutes — with its work held: a worker keeps its deliveries unacked (the broker never gives
-them to another worker), the relay publishes nothing. With them (WORKER_/RELAY_DATABASE_
-TIMEOUT_SECONDS), the silence is an outage like a reset: the worker gives its deliveries
-back and another finishes them, the relay connects again, and both go on once healed."""
+"""Network partitions between a worker, the relay or the recovery service and PostgreSQL:
+connections stay open, bytes go nowhere, no reset ever comes (a TCP proxy that stops
+forwarding). Without bounds on the database waits, such a process hangs in its statement
+until TCP gives up — tens of minutes, or for good on a stranded connection — with its work
+held: a worker keeps its deliveries unacked (the broker never gives them to another
+worker), the relay publishes nothing, the recovery service sweeps nothing. With them
+(WORKER_/RELAY_/RECOVERY_DATABASE_TIMEOUT_SECONDS), the silence is an outage like a reset:
+the worker gives its deliveries back and another finishes them, the relay and the recovery
+service connect again, and all go on once healed."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from tests.faults.harness import (
     statuses,
 )
 from tests.procs import ServiceProcess
+from tests.recovery.seed import Seed, utcnow
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
 
@@ -158,6 +161,104 @@ async def test_a_relay_whose_connections_go_silent_connects_again_and_publishes(
         ),
         tmp_path,
     )
+
+
+async def test_a_recovery_service_whose_connections_go_silent_runs_the_next_sweeps(
+    stack: FaultStack, db: async_sessionmaker[AsyncSession], tmp_path: Path
+) -> None:
+    """The recovery service's pooled connections are stranded while it waits between
+    polls. Unbounded, its next poll would wait on a connection that never answers, for
+    good, and no sweep would run again — scheduled or asked for. Bounded
+    (RECOVERY_DATABASE_TIMEOUT_SECONDS), the poll fails, the pool connects anew and the
+    operator's next "run now" is run: the ghost job it finds is revived, and completes."""
+    with TcpProxy(stack.db_url) as proxy:
+        recovery = stack.start(
+            "recovery",
+            DATABASE_URL=proxy.url,
+            RECOVERY_DATABASE_TIMEOUT_SECONDS=str(TIMEOUT),
+            RECOVERY_REQUEST_POLL_SECONDS="0.5",
+        )
+        before = await _ask_for_sweeps(db, ["ghost", "failed"])
+        assert await _answered(db, before, stack) is True
+
+        proxy.strand()
+        stranded_at = time.monotonic()
+        # a worker that died holding a job, long ago: what the ghost sweep exists for
+        ghosts = Seed(db, utcnow())
+        user_id = await ghosts.user()
+        scrap_id = await ghosts.scrap(user_id)
+        ghost = await ghosts.job(
+            JobType.CARD_ANALYSIS,
+            scrap_id,
+            user_id,
+            status="PROCESSING",
+            started=ghosts.ago(hours=3),
+            lease_until=ghosts.ago(hours=3),
+        )
+        after = await _ask_for_sweeps(db, ["ghost", "failed"])
+        assert await _answered(db, after, stack) is True
+        assert await ghosts.revived({ghost}) == {(JobType.CARD_ANALYSIS, scrap_id, 2)}
+        assert recovery.popen.poll() is None
+    # and the revived job runs, under its own id
+    stack.start("relay")
+    stack.start("ai-worker")
+    await _completed(db, [ghost], stack)
+    healed = time.monotonic() - stranded_at
+    record(
+        Figures(
+            test="recovery's connections to PostgreSQL stranded (no reset; new ones work)",
+            jobs=1,
+            fault=(
+                "TCP proxy strands open connections; "
+                f"RECOVERY_DATABASE_TIMEOUT_SECONDS={TIMEOUT:g}; then a ghost job, and 'run now'"
+            ),
+            completed=1,
+            lost=0,
+            duplicated=0,
+            time_to_heal_s=round(healed, 1),
+        ),
+        tmp_path,
+    )
+
+
+async def _ask_for_sweeps(db: async_sessionmaker[AsyncSession], sweeps: list[str]) -> int:
+    """An operator's "run now", as the admin API writes it."""
+    async with db() as session, session.begin():
+        request_id = await session.scalar(
+            text(
+                "INSERT INTO recovery_sweep_requests (sweeps, requested_by) "
+                "VALUES (:sweeps, 'partition test') RETURNING id"
+            ),
+            {"sweeps": sweeps},
+        )
+    return int(request_id)
+
+
+async def _answered(
+    db: async_sessionmaker[AsyncSession], request_id: int, stack: FaultStack
+) -> bool | None:
+    """Whether request `request_id`'s sweeps all succeeded, once it is finished."""
+
+    async def finished() -> bool:
+        async with db() as session:
+            done = await session.scalar(
+                text("SELECT finished_at IS NOT NULL FROM recovery_sweep_requests WHERE id = :id"),
+                {"id": request_id},
+            )
+        return bool(done)
+
+    await eventually(
+        finished,
+        within=60,
+        what=f"sweep request {request_id} run",
+        interval=0.2,
+        context=lambda: stack.logs(tail=2500),
+    )
+    async with db() as session:
+        ok = await session.scalar(
+            text("SELECT ok FROM recovery_sweep_requests WHERE id = :id"), {"id": request_id}
+        )
+    return None if ok is None else bool(ok)
 
 
 async def _consuming(process: ServiceProcess) -> None:

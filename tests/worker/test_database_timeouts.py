@@ -1,9 +1,10 @@
-"""The workers' and the relay's engines, as their settings build them, against a server
-that goes silent (a TCP proxy whose open connections stop forwarding, no reset): each wait
-is bounded, the silent pool is replaced after the first timeout rather than one timeout per
-pooled connection, and a transaction its client stopped driving is ended by the server,
-so its locks do not stall whoever took over the work (tests/faults/test_partitions.py runs
-the same faults against the services as processes)."""
+"""The workers', the relay's and the recovery service's engines, as their settings build
+them, against a server that goes silent (a TCP proxy whose open connections stop
+forwarding, no reset): each wait is bounded, the silent pool is replaced after the first
+timeout rather than one timeout per pooled connection, and a transaction its client
+stopped driving is ended by the server, so its locks do not stall whoever took over the
+work (tests/faults/test_partitions.py runs the same faults against the services as
+processes)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from san_common.db.engine import create_engine
 from san_common.errors import is_connection_loss
 from san_common.worker.settings import WorkerSettings
+from san_recovery.settings import RecoverySettings
 from san_relay.settings import RelaySettings
 from tests.tcp_proxy import TcpProxy
 
@@ -38,7 +40,20 @@ def _relay_engine(url: str) -> AsyncEngine:
     return settings.database_engine()
 
 
+def _recovery_engine(url: str) -> AsyncEngine:
+    settings = RecoverySettings(database_url=url, recovery_database_timeout_seconds=TIMEOUT)
+    return settings.database_engine()
+
+
 ENGINES = pytest.mark.parametrize("build", [_worker_engine, _relay_engine], ids=["worker", "relay"])
+# The recovery service's engine pre-pings (it is no hot path): a silent pooled connection
+# costs its checkout one timeout and is replaced there, never failing a sweep by itself
+# (tests/faults/test_partitions.py), so only the server's side is checked here.
+ALL_ENGINES = pytest.mark.parametrize(
+    "build",
+    [_worker_engine, _relay_engine, _recovery_engine],
+    ids=["worker", "relay", "recovery"],
+)
 
 
 async def _pid(engine: AsyncEngine) -> int:
@@ -67,7 +82,7 @@ async def test_after_one_silent_statement_the_pool_is_replaced_not_timed_out_one
             await engine.dispose()
 
 
-@ENGINES
+@ALL_ENGINES
 async def test_a_transaction_its_client_stopped_driving_is_ended_by_the_server(
     db_url: str, build: Callable[[str], AsyncEngine]
 ) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from san_common import cli, probes
-from san_common.db.engine import create_engine, create_session_factory
+from san_common.db.engine import create_session_factory
 from san_common.dependencies import require_database
 from san_common.logs import configure_service_logging
 from san_common.probes import Readiness
@@ -51,7 +51,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 async def run_once(settings: RecoverySettings, sweeps: Sequence[Sweep], *, as_json: bool) -> int:
     """Run `sweeps` once, print what they did; the exit code (0 = every sweep succeeded)."""
-    engine = create_engine(settings.database_url, pool_size=2)
+    engine = settings.database_engine()
     try:
         # No start-up check: an unreachable database is each sweep's reported error.
         reports = await run_sweeps(
@@ -69,7 +69,7 @@ async def run_once(settings: RecoverySettings, sweeps: Sequence[Sweep], *, as_js
 
 
 async def run_scheduler(settings: RecoverySettings) -> None:
-    engine = create_engine(settings.database_url, pool_size=2)
+    engine = settings.database_engine()
     sessions = create_session_factory(engine)
     policy = settings.policy()
     plans = [

@@ -5,7 +5,9 @@ from typing import ClassVar
 
 from croniter import croniter
 from pydantic import Field, field_validator
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from san_common.db.engine import create_engine
 from san_common.settings import ServiceSettings
 from san_recovery.policy import Policy
 
@@ -46,6 +48,11 @@ class RecoverySettings(ServiceSettings):
     recovery_request_poll_seconds: float = Field(
         default=2.0, gt=0, le=60, description="How often operators' 'run now' requests are read"
     )
+    recovery_database_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait on PostgreSQL for a connection, a connect or a statement",
+    )
 
     @field_validator("recovery_schedule", "recovery_til_schedule")
     @classmethod
@@ -53,6 +60,22 @@ class RecoverySettings(ServiceSettings):
         if not croniter.is_valid(value):
             raise ValueError(f"not a valid cron expression: {value!r}")
         return value
+
+    def database_engine(self) -> AsyncEngine:
+        """Every wait on the server bounded: a recovery service whose connections go
+        silent (a partition, a failover that strands them) fails the sweep or the poll in
+        hand and connects again, instead of waiting until TCP gives up — for a stranded
+        connection, never — with no sweep run meanwhile. The server ends a transaction the
+        service left open, whose row locks would stall the workers settling those jobs
+        (a sweep's transactions wait on nothing but their own statements). Longer than
+        the workers' bound: a sweep's statements scan more than one job."""
+        timeout = self.recovery_database_timeout_seconds
+        return create_engine(
+            self.database_url,
+            pool_size=2,
+            timeout_seconds=timeout,
+            idle_transaction_seconds=timeout,
+        )
 
     def policy(self) -> Policy:
         return Policy(
