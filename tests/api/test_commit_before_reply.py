@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from typing import Annotated
 
 import asyncpg
 import httpx
@@ -18,7 +19,7 @@ from sqlalchemy import func, select
 from starlette.types import Message, Receive, Scope, Send
 
 from san_api.app import create_app
-from san_api.deps import ConnectionDep, CurrentUserOnConnection
+from san_api.limits.dependencies import JobRequest, limited_transaction
 from san_api.scraps import repository as scraps
 from san_api.settings import ApiSettings
 from san_common.db.engine import plain_url
@@ -118,8 +119,10 @@ async def test_an_error_after_a_write_on_the_connection_takes_the_write_back(
     """Not a database error (PostgreSQL would refuse the commit of an aborted transaction by
     itself): a bug after the user and a scrap were written."""
 
-    async def write_then_fail(connection: ConnectionDep, user: CurrentUserOnConnection) -> None:
-        await scraps.insert_if_absent(connection, user.user_id, "doomed", "0" * 64)
+    async def write_then_fail(
+        job: Annotated[JobRequest, limited_transaction("write-then-fail")],
+    ) -> None:
+        await scraps.insert_if_absent(job.connection, job.user.user_id, "doomed", "0" * 64)
         raise RuntimeError("a bug after the first write")
 
     app = create_app(settings_for())

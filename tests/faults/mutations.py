@@ -370,7 +370,7 @@ MUTATIONS = (
     ),
     Mutation(
         "api-pool-kept-after-loss",
-        "a connection lost under ConnectionDep is replaced alone, its pool's others kept",
+        "a connection lost under a request's transaction is replaced alone, its pool's others kept",
         (Edit(API_DEPS, "            await pool.expire_connections()\n", "            pass\n"),),
         tuple(
             "tests/api/test_edge.py::test_terminated_database_connections_cost_one_503_not_one"

@@ -56,7 +56,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
-        # POST /scraps' transactions (ConnectionDep) and the rate limiter's token: asyncpg's
+        # POST /scraps' transactions (LimitedTransaction) and the rate limiter's token: asyncpg's
         # own pool, lighter than SQLAlchemy's under load (docs/performance.md); it connects
         # on first use
         app.state.connections = await asyncpg.create_pool(

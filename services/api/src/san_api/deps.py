@@ -1,6 +1,6 @@
 """Request dependencies. The session dependency owns the transaction: it commits when the
 endpoint returns (before the response is sent) and rolls back when it raises, so a request
-writes all or nothing. The connection dependency does the same on a connection of the
+writes all or nothing. `transaction_on_connection` does the same on a connection of the
 API's asyncpg pool, for the hot write path that runs no ORM session (`POST /scraps`)."""
 
 from __future__ import annotations
@@ -49,11 +49,13 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
+@asynccontextmanager
+async def transaction_on_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
     """The request's transaction on a connection of the API's asyncpg pool, for the hot
-    write path (`POST /scraps`): its statements are named SQL and need no ORM session, and
-    under load SQLAlchemy's session, statement machinery and pool cost the endpoint a
-    third of its throughput and half its p99 (docs/performance.md)."""
+    write path (`POST /scraps`, through `limits.LimitedTransaction`): its statements are
+    named SQL and need no ORM session, and under load SQLAlchemy's session, statement
+    machinery and pool cost the endpoint a third of its throughput and half its p99
+    (docs/performance.md)."""
     async with pooled_connection(request) as connection:
         transaction = connection.transaction()
         await transaction.start()  # raises at once on a closed connection
@@ -65,7 +67,7 @@ async def get_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
 
 @asynccontextmanager
 async def pooled_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
-    """A connection of the API's asyncpg pool (`ConnectionDep`, the rate limiter).
+    """A connection of the API's asyncpg pool (the request's transaction on it, the rate limiter).
 
     A connection error, a statement the server did not answer in time, or any error on a
     connection that closed under it (as SQLAlchemy's asyncpg dialect judges a disconnect),
@@ -97,7 +99,6 @@ async def get_settings(request: Request) -> ApiSettings:
 # scope="function": commit when the endpoint returns, *before* the response is sent (the
 # default, "request", commits after it), so a 202 is only ever sent for committed rows.
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
-ConnectionDep = Annotated[asyncpg.Connection, Depends(get_connection, scope="function")]
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 
 _bearer = HTTPBearer(auto_error=False)
@@ -130,9 +131,11 @@ async def get_current_user(request: Request, session: SessionDep, subject: Subje
     return await _principal(request, subject, partial(users.provision, session, subject))
 
 
-async def get_current_user_on_connection(
-    request: Request, connection: ConnectionDep, subject: SubjectDep
+async def user_on_connection(
+    request: Request, connection: asyncpg.Connection, subject: str
 ) -> Principal:
+    """The user, provisioned in the request's transaction on `connection` (a user row
+    created in another transaction would hold the scrap's foreign key waiting on this one)."""
     return await _principal(request, subject, partial(users.provision_on, connection, subject))
 
 
@@ -149,6 +152,3 @@ async def _principal(
 
 
 CurrentUser = Annotated[Principal, Depends(get_current_user)]
-# The user, provisioned in the request's transaction on ConnectionDep (a user row created
-# in another transaction would hold the scrap's foreign key waiting on this one).
-CurrentUserOnConnection = Annotated[Principal, Depends(get_current_user_on_connection)]

@@ -230,7 +230,8 @@ def database_unavailable(exc: BaseException) -> str | None:
         if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
             return "The database connection was lost; retry later"
         # what asyncpg raises for a connection that died while pooled (SQLAlchemy's asyncpg
-        # dialect recognizes it by the same words); seen outside SQLAlchemy by ConnectionDep
+        # dialect recognizes it by the same words); seen outside SQLAlchemy by the request's
+        # transaction on the asyncpg pool
         if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
             return "The database connection was lost; retry later"
         # API_DATABASE_TIMEOUT_SECONDS ran out on a connect or a statement (a partition)
