@@ -49,6 +49,7 @@ PEERS = SYSTEMS[1:]  # issue 13's peers, each with its defaults: the acceptance'
 # Run only when asked (`--systems … dramatiq_durable`), never a baseline: a peer made as
 # durable on the broker as SAN, to show what that costs it.
 VARIANTS = ("dramatiq_durable",)
+RUNNABLE = SYSTEMS + VARIANTS  # in the order they run and are reported
 LABELS = {
     "san": "SAN",
     "procrastinate": "procrastinate (PostgreSQL)",
@@ -191,7 +192,7 @@ def render_cpu(table: dict[str, dict[str, Any]]) -> str:
         + " |",
         "|---|---|" + "---|" * len(CPU_PARTS),
     ]
-    for system in SYSTEMS + VARIANTS:
+    for system in RUNNABLE:
         for scenario in ("drain", "burst"):
             cpu = table.get(system, {}).get(f"{scenario}_cpu")
             if cpu:
@@ -223,7 +224,7 @@ def render_rss(table: dict[str, dict[str, Any]], ratios_rss: dict[str, float]) -
         "| other processes |",
         "|---|---|---|",
     ]
-    for system in SYSTEMS + VARIANTS:
+    for system in RUNNABLE:
         peaks = dict(table.get(system, {}).get("peak_rss_mb") or {})
         if peaks:
             worker = peaks.pop("worker", None)
@@ -247,7 +248,7 @@ def render_peers(table: dict[str, dict[str, Any]], args: Any) -> str:
         f"| paced {args.paced_rate:g} jobs/s: enqueue→start p50 (ms) | paced: p99 (ms) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for system in SYSTEMS + VARIANTS:
+    for system in RUNNABLE:
         if system not in table:
             continue
         row = table[system]
@@ -315,7 +316,7 @@ async def main_async(args: Any) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     os.environ["BENCH_LOG_DIR"] = str(log_dir)
     started = time.time()
-    systems = [s for s in SYSTEMS + VARIANTS if s in args.systems]
+    systems = [s for s in RUNNABLE if s in args.systems]
     peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
     print(f"peers installed in {time.time() - started:.0f}s", flush=True)
     # Where the wall time went (docs/performance.md, "bench wall time").
@@ -404,7 +405,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--paced-rate", type=float, default=20.0)
     parser.add_argument("--paced-seconds", type=float, default=10.0)
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS + VARIANTS)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=RUNNABLE)
     parser.add_argument(
         "--scenarios",
         nargs="+",
