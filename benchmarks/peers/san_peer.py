@@ -27,6 +27,7 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler
 
 PREFIX = os.environ.get("BENCH_SAN_PREFIX", "sanbench")
 JOB_TYPE = JobType.SCRAP_REFINE  # any type: the benchmark's worker serves only this queue
@@ -36,16 +37,15 @@ NOOP = text(
 )
 
 
-class NoopHandler:
-    """A job that updates one row, like every peer's: `load` notes when the job started."""
+class NoopHandler(JobHandler[None, float]):
+    """A job that updates one row, like every peer's: `run` notes when the job started.
+    Its job row is all it needs, so it has no `load` (and the runtime no load transaction),
+    as a peer's job function reads nothing before it starts."""
 
     job_type: ClassVar[JobType] = JOB_TYPE
 
-    async def load(self, session: AsyncSession, job: AsyncJob) -> float:
+    async def run(self, job: AsyncJob, payload: None) -> float:
         return time.time()
-
-    async def run(self, job: AsyncJob, entered: Any) -> float:
-        return float(entered)
 
     async def store(self, session: AsyncSession, job: AsyncJob, entered: Any) -> None:
         await session.execute(NOOP, {"entered": entered, "id": job.target_id})

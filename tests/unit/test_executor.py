@@ -14,7 +14,8 @@ from sqlalchemy import exc as sa_exc
 from san_common.errors import PermanentJobError, TransientJobError
 from san_common.models import AsyncJob
 from san_common.retry import RetryPolicy
-from san_common.worker import Executor, Outcome, RuntimeConfig
+from san_common.worker import Executor, JobHandler, Outcome, RuntimeConfig
+from san_common.worker.handler import needs_load
 from tests.unit.memory import Broken, MemoryDelivery, MemoryStore, delivery_for, new_job
 
 CONFIG = RuntimeConfig(
@@ -237,3 +238,39 @@ async def test_shutdown_mid_job_releases_it_and_requeues_the_message() -> None:
         await task
     assert delivery.settled == ["requeue"] and job.status == "PENDING"
     assert store.tries == [(job.job_id, 1, "released")]
+
+
+class _RowOnly(JobHandler[None, str]):
+    """A job whose row is all it needs: no `load` of its own."""
+
+    job_type: ClassVar[str] = "CARD_ANALYSIS"
+
+    def __init__(self) -> None:
+        self.payloads: list[object] = []
+
+    async def run(self, job: AsyncJob, payload: None) -> str:
+        self.payloads.append(payload)
+        return "result"
+
+    async def store(self, session: Any, job: AsyncJob, result: str) -> None:
+        assert result == "result"
+
+
+async def test_a_handler_with_nothing_to_load_gets_no_load_call() -> None:
+    # Were `load` called, this store's load would raise and the job would fail.
+    store, handler = MemoryStore(fail_on={"load": Broken("no load expected")}), _RowOnly()
+    job = store.add(new_job())
+    outcome = await Executor(
+        store=store, handlers={"CARD_ANALYSIS": handler}, config=CONFIG, worker_id="w-test"
+    ).handle(delivery_for(job))
+    assert outcome == Outcome.COMPLETED and handler.payloads == [None]
+    assert (job.status, store.stored) == ("COMPLETED", ["result"])
+
+
+def test_a_handler_needs_a_load_when_its_class_defines_one() -> None:
+    class Loads(_RowOnly):
+        async def load(self, session: Any, job: AsyncJob) -> None:
+            return None
+
+    assert not needs_load(_RowOnly())
+    assert needs_load(Loads()) and needs_load(Scripted())  # subclassed or duck-typed

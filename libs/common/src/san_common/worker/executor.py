@@ -8,11 +8,12 @@ Per delivery:
    ack; held by another worker under a live lease → a new message is scheduled through the
    outbox for the lease's expiry, then ack (the delivery is never simply dropped); waiting
    for its next try → ack (its message for that time is already in the outbox);
-3. `load` (short transaction) → `run` (no transaction, bounded by the job type's timeout)
-   → `store` + COMPLETED (one transaction, fenced); on failure the `RetryPolicy` decides:
-   a retry ends the try, sets the job PENDING with `next_attempt_at` and adds its next
-   message to the outbox, due then (one transaction) — nobody sleeps holding a slot; giving
-   up marks it FAILED with the cause chain;
+3. `load` (short transaction; none for a handler with nothing to load) → `run` (no
+   transaction, bounded by the job type's timeout) → `store` + COMPLETED (one transaction,
+   fenced); on failure the `RetryPolicy` decides: a retry ends the try, sets the job
+   PENDING with `next_attempt_at` and adds its next message to the outbox, due then (one
+   transaction) — nobody sleeps holding a slot; giving up marks it FAILED with the cause
+   chain;
 4. ack last, so a crash anywhere before redelivers the message, and the claim makes that
    redelivery harmless.
 
@@ -51,7 +52,7 @@ from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
 from san_common.jobs.repository import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
 from san_common.retry import ROUND_BACKOFF, GiveUp, Retry, RetryPolicy
-from san_common.worker.handler import JobHandler
+from san_common.worker.handler import JobHandler, needs_load
 from san_common.worker.leases import LeaseKeeper
 from san_common.worker.store import Claim, JobStore
 
@@ -296,7 +297,7 @@ class Executor:
         self._leases.hold(claim)
         try:
             try:
-                payload = await self._store.load(claim, handler)
+                payload = await self._store.load(claim, handler) if needs_load(handler) else None
             except Exception as exc:
                 if is_connection_loss(exc):
                     raise _Outage(exc) from exc

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -13,7 +13,9 @@ R = TypeVar("R")
 class JobHandler(Protocol[P, R]):
     """One job type's work, split so the runtime can place the transactions:
 
-    - `load` reads what the job needs (short transaction) and returns the payload `P`;
+    - `load` reads what the job needs (short transaction) and returns the payload `P`. A
+      handler whose job row (the claim returns it) is all it needs keeps this class's
+      `load`: the runtime then opens no transaction for it and `run` gets None;
     - `run` makes the external call(s) with **no** transaction open, returning `R`;
     - `store` writes the results in the transaction that marks the job COMPLETED.
 
@@ -28,8 +30,15 @@ class JobHandler(Protocol[P, R]):
 
     job_type: ClassVar[str]
 
-    async def load(self, session: AsyncSession, job: AsyncJob) -> P: ...
+    async def load(self, session: AsyncSession, job: AsyncJob) -> P:
+        # Not abstract: a handler without a load of its own must still be instantiable.
+        raise TypeError(f"{type(self).__name__} has no load; the runtime does not call it")
 
     async def run(self, job: AsyncJob, payload: P) -> R: ...
 
     async def store(self, session: AsyncSession, job: AsyncJob, result: R) -> None: ...
+
+
+def needs_load(handler: JobHandler[Any, Any]) -> bool:
+    """Whether `handler` reads anything beyond its job row (its class overrides `load`)."""
+    return getattr(type(handler), "load", JobHandler.load) is not JobHandler.load
