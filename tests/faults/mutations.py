@@ -46,6 +46,9 @@ ENGINE = "libs/common/src/san_common/db/engine.py"
 WORKER_SETTINGS = "libs/common/src/san_common/worker/settings.py"
 RELAY_SETTINGS = "services/relay/src/san_relay/settings.py"
 RECOVERY_SETTINGS = "services/recovery/src/san_recovery/settings.py"
+RECOVERY_REPO = "services/recovery/src/san_recovery/repository.py"
+RECOVERY_RUNNER = "services/recovery/src/san_recovery/runner.py"
+REQUESTS = "tests/recovery/test_requests.py"
 GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
 EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
 CONSUMER = "libs/common/src/san_common/worker/consumer.py"
@@ -527,6 +530,40 @@ MUTATIONS = (
             "tests/api/test_job_events.py::test_a_silent_database_fails_a_subscription_in_time"
             "_and_listening_resumes",
         ),
+    ),
+    Mutation(
+        "sweep-request-never-taken-again",
+        "a 'run now' whose recovery process died stays started and is never run",
+        (
+            Edit(
+                RECOVERY_REPO,
+                "                SweepRequest.heartbeat_at < func.now() - stale_after,\n",
+                "",
+            ),
+        ),
+        (
+            f"{REQUESTS}::test_a_request_whose_process_stopped_beating_is_run_again",
+            "tests/faults/test_recovery_sigkill.py::test_a_run_now_whose_recovery_process_is_killed"
+            "_is_run_by_the_next",
+        ),
+    ),
+    Mutation(
+        "sweep-request-unfenced",
+        "a stalled recovery process finishes a request another process has taken since",
+        (Edit(RECOVERY_REPO, "            SweepRequest.attempts == attempt,\n", ""),),
+        (f"{REQUESTS}::test_the_earlier_taker_is_fenced_out",),
+    ),
+    Mutation(
+        "sweep-request-no-heartbeat",
+        "the process running a 'run now' never beats: a long run is taken again meanwhile",
+        (
+            Edit(
+                RECOVERY_RUNNER,
+                "    while True:\n        await asyncio.sleep(every)\n",
+                "    while False:\n        await asyncio.sleep(every)\n",
+            ),
+        ),
+        (f"{REQUESTS}::test_a_run_longer_than_the_stale_bound_keeps_its_request",),
     ),
     Mutation(
         "worker-consumes-without-database",

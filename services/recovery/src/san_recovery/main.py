@@ -16,7 +16,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from san_common import cli, probes
 from san_common.db.engine import create_session_factory
@@ -72,6 +72,7 @@ async def run_scheduler(settings: RecoverySettings) -> None:
     engine = settings.database_engine()
     sessions = create_session_factory(engine)
     policy = settings.policy()
+    stale_after = timedelta(seconds=settings.recovery_request_stale_seconds)
     plans = [
         Plan(settings.recovery_schedule, PERIODIC),
         Plan(settings.recovery_til_schedule, DAILY),
@@ -88,7 +89,10 @@ async def run_scheduler(settings: RecoverySettings) -> None:
         """Operators' "run now" (admin API), read every few seconds."""
         while not stop.is_set():
             try:
-                while await run_requested(sessions, policy=policy, stop=stop) is not None:
+                while (
+                    await run_requested(sessions, policy=policy, stop=stop, stale_after=stale_after)
+                    is not None
+                ):
                     pass
             except Exception:  # the database is down: the next poll tries again
                 log.exception("could not read the operators' sweep requests")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy import (
@@ -432,11 +432,19 @@ async def record_run(
     await session.flush()
 
 
-async def claim_request(session: AsyncSession) -> SweepRequest | None:
-    """The oldest open "run now" request, marked started (one replica takes each)."""
+async def claim_request(session: AsyncSession, *, stale_after: timedelta) -> SweepRequest | None:
+    """The oldest unfinished "run now" request nobody runs — never taken, or taken by a
+    process whose heartbeat stopped `stale_after` ago (it died, or lost the database) —
+    marked started, its `attempts` counted. One replica takes each (SKIP LOCKED)."""
     oldest = (
         select(SweepRequest.id)
-        .where(SweepRequest.started_at.is_(None))
+        .where(
+            SweepRequest.finished_at.is_(None),
+            or_(
+                SweepRequest.started_at.is_(None),
+                SweepRequest.heartbeat_at < func.now() - stale_after,
+            ),
+        )
         .order_by(SweepRequest.id)
         .limit(1)
         .with_for_update(skip_locked=True)
@@ -445,15 +453,44 @@ async def claim_request(session: AsyncSession) -> SweepRequest | None:
     claimed: SweepRequest | None = await session.scalar(
         update(SweepRequest)
         .where(SweepRequest.id == oldest)
-        .values(started_at=func.now())
+        .values(started_at=func.now(), heartbeat_at=func.now(), attempts=SweepRequest.attempts + 1)
         .returning(SweepRequest)
     )
     return claimed
 
 
-async def finish_request(session: AsyncSession, request_id: int, *, ok: bool) -> None:
-    await session.execute(
+async def _update_held(
+    session: AsyncSession, request_id: int, attempt: int, **values: object
+) -> bool:
+    """Update the request if it is still the one this taker took (not finished, not
+    taken since); whether it was."""
+    result = await session.execute(
         update(SweepRequest)
-        .where(SweepRequest.id == request_id)
-        .values(finished_at=func.now(), ok=ok)
+        .where(
+            SweepRequest.id == request_id,
+            SweepRequest.attempts == attempt,
+            SweepRequest.finished_at.is_(None),
+        )
+        .values(**values)
     )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def beat_request(session: AsyncSession, request_id: int, attempt: int) -> bool:
+    """The taker is alive; False when the request was taken again meanwhile."""
+    return await _update_held(session, request_id, attempt, heartbeat_at=func.now())
+
+
+async def finish_request(
+    session: AsyncSession, request_id: int, attempt: int, *, ok: bool, error: str | None = None
+) -> bool:
+    return await _update_held(
+        session, request_id, attempt, finished_at=func.now(), ok=ok, error=error
+    )
+
+
+async def give_back_request(session: AsyncSession, request_id: int, attempt: int) -> bool:
+    """Unstarted again, for the next process (this one is shutting down mid-run). The
+    attempt stays counted: `attempts` is the fencing token, and a token used once is never
+    handed out again."""
+    return await _update_held(session, request_id, attempt, started_at=None, heartbeat_at=None)

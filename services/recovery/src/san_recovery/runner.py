@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -20,6 +20,12 @@ from san_recovery.sweeps import ALL, SWEEPS, Sweep
 from san_recovery.tally import Tally
 
 log = logging.getLogger(__name__)
+
+# How long a taken "run now" request may go without a heartbeat before another poll takes
+# it again (RECOVERY_REQUEST_STALE_SECONDS), and how often one is taken before it ends
+# unrun: a request whose process never got to finish it may be what kills that process.
+REQUEST_STALE_AFTER = timedelta(seconds=60)
+MAX_REQUEST_ATTEMPTS = 5
 
 
 class RunStatus(StrEnum):
@@ -176,28 +182,70 @@ async def run_sweeps(
 
 
 async def run_requested(
-    sessions: async_sessionmaker[AsyncSession], *, policy: Policy, stop: asyncio.Event | None = None
+    sessions: async_sessionmaker[AsyncSession],
+    *,
+    policy: Policy,
+    stop: asyncio.Event | None = None,
+    stale_after: timedelta = REQUEST_STALE_AFTER,
 ) -> int | None:
-    """Run the oldest open operator request ("run now", from the admin API), if any;
-    its id, or None when there was none."""
+    """Run the oldest operator request ("run now", from the admin API) that nobody runs,
+    if any; its id, or None when there was none.
+
+    While it runs, the request's heartbeat is beaten every `stale_after` / 4: a process
+    that dies mid-run leaves a request that the next poll of any replica takes again once
+    `stale_after` has passed (the sweeps are idempotent, so running them again is safe). A
+    run cut short by shutdown gives the request back for the next process."""
     async with sessions() as session, session.begin():
-        request = await repository.claim_request(session)
+        request = await repository.claim_request(session, stale_after=stale_after)
     if request is None:
         return None
+    attempt = request.attempts
+    fields = {"request_id": request.id, "sweeps": request.sweeps, "by": request.requested_by}
+    if attempt > MAX_REQUEST_ATTEMPTS:
+        error = f"not run again: taken {attempt - 1} times, never finished"
+        fields["error"] = error
+        log.warning("operator's sweep request given up", extra={"fields": fields})
+        async with sessions() as session, session.begin():
+            await repository.finish_request(session, request.id, attempt, ok=False, error=error)
+        return request.id
+    log.info("operator asked for sweeps", extra={"fields": {**fields, "attempt": attempt}})
     names = set(request.sweeps)
     sweeps = [s for s in ALL if s.value in names]
-    log.info(
-        "operator asked for sweeps",
-        extra={"fields": {"sweeps": request.sweeps, "by": request.requested_by}},
+    beating = asyncio.create_task(
+        _beat(sessions, request.id, attempt, stale_after.total_seconds() / 4)
     )
-    reports = await run_sweeps(
-        sessions, sweeps, policy=policy, stop=stop, trigger="operator", request_id=request.id
-    )
+    try:
+        reports = await run_sweeps(
+            sessions, sweeps, policy=policy, stop=stop, trigger="operator", request_id=request.id
+        )
+    finally:
+        beating.cancel()
     async with sessions() as session, session.begin():
-        await repository.finish_request(
-            session, request.id, ok=bool(reports) and all(r.ok for r in reports)
+        if stop is not None and stop.is_set():
+            held = await repository.give_back_request(session, request.id, attempt)
+        else:
+            ok = bool(reports) and all(r.ok for r in reports)
+            held = await repository.finish_request(session, request.id, attempt, ok=ok)
+    if not held:
+        log.warning(
+            "operator's sweep request was taken again while this process ran it; "
+            "its outcome is the other run's",
+            extra={"fields": {**fields, "attempt": attempt}},
         )
     return request.id
+
+
+async def _beat(
+    sessions: async_sessionmaker[AsyncSession], request_id: int, attempt: int, every: float
+) -> None:
+    while True:
+        await asyncio.sleep(every)
+        try:
+            async with sessions() as session, session.begin():
+                if not await repository.beat_request(session, request_id, attempt):
+                    return  # taken again (this process stalled): its finish is fenced out
+        except Exception:  # the next beat tries again; the run itself reports its errors
+            log.warning("could not beat the sweep request's heartbeat", exc_info=True)
 
 
 def _record(report: SweepReport) -> None:

@@ -48,6 +48,12 @@ class RecoverySettings(ServiceSettings):
     recovery_request_poll_seconds: float = Field(
         default=2.0, gt=0, le=60, description="How often operators' 'run now' requests are read"
     )
+    recovery_request_stale_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        le=3600,
+        description="A 'run now' request whose process stopped beating for this long is run again",
+    )
     recovery_database_timeout_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -74,14 +74,16 @@ class SweepRun(Base):
 
 
 class SweepRequest(Base):
-    """An operator's "run now": the recovery service picks it up within seconds."""
+    """An operator's "run now": the recovery service picks it up within seconds. The
+    process running it beats `heartbeat_at`; an unfinished request whose heartbeat stopped
+    is taken again, `attempts` being the taker's fencing token."""
 
     __tablename__ = "recovery_sweep_requests"
     __table_args__ = (
         Index(
-            "ix_recovery_sweep_requests_open",
+            "ix_recovery_sweep_requests_unfinished",
             "id",
-            postgresql_where=text("started_at IS NULL"),
+            postgresql_where=text("finished_at IS NULL"),
         ),
     )
 
@@ -90,8 +92,11 @@ class SweepRequest(Base):
     requested_by: Mapped[str] = mapped_column(Text)
     requested_at: Mapped[datetime] = created_at()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     ok: Mapped[bool | None]
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 # The recovery sweeps an operator may run (san_recovery.sweeps.Sweep; a test keeps the two

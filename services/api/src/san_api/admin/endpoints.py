@@ -454,6 +454,8 @@ async def sweeps(
                 startedAt=q.started_at,
                 finishedAt=q.finished_at,
                 ok=q.ok,
+                attempts=q.attempts,
+                error=q.error,
             )
             for q in requests
         ],

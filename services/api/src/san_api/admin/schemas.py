@@ -203,6 +203,9 @@ class SweepRequestView(Wire):
     startedAt: datetime | None
     finishedAt: datetime | None
     ok: bool | None
+    # Times a recovery process took it: above 1 when one died (or shut down) mid-run.
+    attempts: int = 0
+    error: str | None = None
 
 
 class SweepsView(Wire):
