@@ -21,6 +21,7 @@ from tests.admin.support import Sessions, insert_jobs, new_user, user_headers
 from tests.api.support import assert_problem, over_http
 from tests.conftest import api_settings
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import eventually
 
 WITHIN = 30.0
 
@@ -142,5 +143,53 @@ async def test_a_silent_database_fails_a_subscription_in_time_and_listening_resu
             proxy.thaw()
             async with asyncio.timeout(10), hub.subscribe(ALL_JOBS) as subscription:
                 assert subscription.job_id is ALL_JOBS
+        finally:
+            await hub.aclose()
+
+
+async def test_a_listener_that_goes_silent_is_replaced_and_notifications_flow_again(
+    db_url: str,
+) -> None:
+    """The listening connection is stranded after it connected (no reset; new connections
+    pass): no notification reaches it and no error says so. The hub's probe finds it
+    silent, wakes every subscriber (what was missed is in the log) and listens on a new
+    connection, where notifications arrive again."""
+    import asyncpg
+
+    from san_common.db.engine import plain_url
+
+    async def notify(job_id: uuid.UUID) -> None:
+        connection = await asyncpg.connect(plain_url(db_url))
+        try:
+            await connection.execute("SELECT pg_notify('san_job_events', $1)", f"{job_id}:x")
+        finally:
+            await connection.close()
+
+    job_id = uuid.uuid4()
+    with TcpProxy(db_url) as proxy:
+        hub = JobEventHub(proxy.url, timeout_seconds=0.5, probe_seconds=0.5)
+        try:
+            async with hub.subscribe(job_id) as subscription:
+                subscription.wake.clear()
+                await notify(job_id)
+                await asyncio.wait_for(subscription.wake.wait(), WITHIN)
+
+                proxy.strand()
+                subscription.wake.clear()
+                await notify(job_id)  # lost with the stranded connection
+                await asyncio.wait_for(subscription.wake.wait(), WITHIN)  # by the probe
+
+                async def heard() -> bool:
+                    subscription.wake.clear()
+                    await notify(job_id)
+                    try:
+                        await asyncio.wait_for(subscription.wake.wait(), 1.0)
+                    except TimeoutError:
+                        return False
+                    return True
+
+                # the reconnect wakes everyone too; then each notification must arrive
+                await eventually(heard, within=WITHIN, what="notifications on a new listener")
+                assert await heard() and await heard()
         finally:
             await hub.aclose()

@@ -566,6 +566,21 @@ MUTATIONS = (
         (f"{REQUESTS}::test_a_run_longer_than_the_stale_bound_keeps_its_request",),
     ),
     Mutation(
+        "job-events-listener-unprobed",
+        "the API's LISTEN connection is never probed: once stranded, no notification arrives",
+        (
+            Edit(
+                EVENT_HUB,
+                "self._prober = asyncio.get_running_loop().create_task(self._probe())",
+                "self._prober = None",
+            ),
+        ),
+        (
+            "tests/api/test_job_events.py::test_a_listener_that_goes_silent_is_replaced_and"
+            "_notifications_flow_again",
+        ),
+    ),
+    Mutation(
         "worker-consumes-without-database",
         "a worker whose database is unreachable keeps consuming (no breaker)",
         (Edit(CONSUMER, "if is_connection_loss(exc):\n", "if False:\n"),),

@@ -70,7 +70,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.tokens = token_verifier(settings)
         app.state.provisioned_users = ProvisionedUsers()
         # connects on first use
-        app.state.job_events = JobEventHub(settings.database_url, timeout_seconds=timeout)
+        # its listener checked as often as an idle stream is kept alive
+        app.state.job_events = JobEventHub(
+            settings.database_url,
+            timeout_seconds=timeout,
+            probe_seconds=settings.sse_keepalive_seconds,
+        )
         app.state.broker_admin = BrokerAdmin(
             settings.amqp_url, Topology(settings.amqp_prefix), settings.rabbitmq_management_url
         )

@@ -3,6 +3,11 @@
 Subscribers are woken, never handed the payload: each re-reads the job's event log from
 its last event id, so a notification lost while the connection was down (the hub wakes
 everyone when it comes back) or two changes in one wake-up lose nothing.
+
+A LISTEN connection that goes silent (a partition, a failover that strands it) reports
+nothing: no notification arrives, and no error either. While anyone listens, the hub asks
+it a trivial question every `probe_seconds`; one it does not answer within the timeout is
+dropped and replaced, as a lost one is.
 """
 
 from __future__ import annotations
@@ -32,13 +37,17 @@ class Subscription:
 
 
 class JobEventHub:
-    def __init__(self, database_url: str, *, timeout_seconds: float) -> None:
+    def __init__(
+        self, database_url: str, *, timeout_seconds: float, probe_seconds: float = 15.0
+    ) -> None:
         self._url = plain_url(database_url)
         self._timeout = timeout_seconds  # to connect and to LISTEN: a silent server is a 503
+        self._probe_seconds = probe_seconds
         self._subscribers: dict[uuid.UUID | None, set[Subscription]] = {}
         self._connection: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
         self._keeper: asyncio.Task[None] | None = None
+        self._prober: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
     async def subscribe(self, job_id: uuid.UUID | None) -> AsyncIterator[Subscription]:
@@ -57,15 +66,31 @@ class JobEventHub:
 
     async def _ensure_listening(self) -> None:
         async with self._lock:
-            if self._connection is not None and not self._connection.is_closed():
-                return
-            connection = await asyncpg.connect(
-                self._url, timeout=self._timeout, command_timeout=self._timeout
-            )
-            await connection.add_listener(CHANNEL, self._on_notify)
-            connection.add_termination_listener(self._on_lost)
-            self._connection = connection
-        self._wake_all()  # anything missed while not listening is in the log
+            if self._connection is None or self._connection.is_closed():
+                connection = await asyncpg.connect(
+                    self._url, timeout=self._timeout, command_timeout=self._timeout
+                )
+                await connection.add_listener(CHANNEL, self._on_notify)
+                connection.add_termination_listener(self._on_lost)
+                self._connection = connection
+                self._wake_all()  # anything missed while not listening is in the log
+            if self._prober is None or self._prober.done():
+                self._prober = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        """While anyone listens: drop the listening connection when it stops answering
+        (its termination listener then listens again on a new one)."""
+        while self._subscribers:
+            await asyncio.sleep(self._probe_seconds)
+            connection = self._connection
+            if connection is None or connection.is_closed():
+                continue  # lost already: being replaced
+            try:
+                await connection.fetchval("SELECT 1", timeout=self._timeout)
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                if not connection.is_closed():
+                    log.warning("job-events LISTEN connection silent; dropping it")
+                    connection.terminate()
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:
@@ -96,7 +121,8 @@ class JobEventHub:
                 subscription.wake.set()
 
     async def aclose(self) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
+        for task in (self._keeper, self._prober):
+            if task is not None:
+                task.cancel()
         if self._connection is not None and not self._connection.is_closed():
             await self._connection.close()
