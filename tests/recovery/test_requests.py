@@ -142,7 +142,8 @@ async def test_a_run_longer_than_the_stale_bound_keeps_its_request(seed: Seed) -
     """The run waits on a lock (a `POST /til` of the same user holds the TIL lock its
     re-registration needs) for longer than `stale_after`; its heartbeat keeps the request,
     so a second replica's poll leaves it alone."""
-    db, stale = seed.sessions, timedelta(seconds=1)
+    # beats every 0.5 s: a fresh heartbeat is never near the bound, even on a loaded machine
+    db, stale = seed.sessions, timedelta(seconds=2)
     user = await seed.user()
     summary = await seed.summary(user, seed.now.date() - timedelta(days=2), "FAILED")
     await seed.job(
