@@ -30,7 +30,7 @@ from tests.faults.harness import (
     statuses,
 )
 from tests.procs import ServiceProcess
-from tests.recovery.seed import Seed, utcnow
+from tests.recovery.seed import Seed, ask_for_sweeps, sweep_request, utcnow
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
 
@@ -178,7 +178,7 @@ async def test_a_recovery_service_whose_connections_go_silent_runs_the_next_swee
             RECOVERY_DATABASE_TIMEOUT_SECONDS=str(TIMEOUT),
             RECOVERY_REQUEST_POLL_SECONDS="0.5",
         )
-        before = await _ask_for_sweeps(db, ["ghost", "failed"])
+        before = await ask_for_sweeps(db, ["ghost", "failed"])
         assert await _answered(db, before, stack) is True
 
         proxy.strand()
@@ -195,7 +195,7 @@ async def test_a_recovery_service_whose_connections_go_silent_runs_the_next_swee
             started=ghosts.ago(hours=3),
             lease_until=ghosts.ago(hours=3),
         )
-        after = await _ask_for_sweeps(db, ["ghost", "failed"])
+        after = await ask_for_sweeps(db, ["ghost", "failed"])
         assert await _answered(db, after, stack) is True
         assert await ghosts.revived({ghost}) == {(JobType.CARD_ANALYSIS, scrap_id, 2)}
         assert recovery.popen.poll() is None
@@ -221,31 +221,13 @@ async def test_a_recovery_service_whose_connections_go_silent_runs_the_next_swee
     )
 
 
-async def _ask_for_sweeps(db: async_sessionmaker[AsyncSession], sweeps: list[str]) -> int:
-    """An operator's "run now", as the admin API writes it."""
-    async with db() as session, session.begin():
-        request_id = await session.scalar(
-            text(
-                "INSERT INTO recovery_sweep_requests (sweeps, requested_by) "
-                "VALUES (:sweeps, 'partition test') RETURNING id"
-            ),
-            {"sweeps": sweeps},
-        )
-    return int(request_id)
-
-
 async def _answered(
     db: async_sessionmaker[AsyncSession], request_id: int, stack: FaultStack
 ) -> bool | None:
     """Whether request `request_id`'s sweeps all succeeded, once it is finished."""
 
     async def finished() -> bool:
-        async with db() as session:
-            done = await session.scalar(
-                text("SELECT finished_at IS NOT NULL FROM recovery_sweep_requests WHERE id = :id"),
-                {"id": request_id},
-            )
-        return bool(done)
+        return (await sweep_request(db, request_id)).finished_at is not None
 
     await eventually(
         finished,
@@ -254,11 +236,7 @@ async def _answered(
         interval=0.2,
         context=lambda: stack.logs(tail=2500),
     )
-    async with db() as session:
-        ok = await session.scalar(
-            text("SELECT ok FROM recovery_sweep_requests WHERE id = :id"), {"id": request_id}
-        )
-    return None if ok is None else bool(ok)
+    return (await sweep_request(db, request_id)).ok
 
 
 async def _consuming(process: ServiceProcess) -> None:

@@ -11,15 +11,21 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.jobs.registration import lock_user
 from san_common.jobs.registry import TIL_USER_LOCK
 from san_common.jobs.types import JobType
-from san_common.models import AsyncJob, DailySummary, SweepRequest
+from san_common.models import AsyncJob, DailySummary
 from tests.faults.harness import FaultStack, Figures, record
-from tests.recovery.seed import Seed, utcnow
+from tests.recovery.seed import (
+    Seed,
+    ask_for_sweeps,
+    sweep_request,
+    utcnow,
+    waiting_for_an_advisory_lock,
+)
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbit, pytest.mark.timeout(180)]
@@ -35,11 +41,7 @@ async def test_a_run_now_whose_recovery_process_is_killed_is_run_by_the_next(
     user = await seed.user()
     summary = await seed.summary(user, seed.now.date() - timedelta(days=2), "FAILED")
     failed = await seed.job(TIL, summary, user, status="FAILED", error="TIL_GENERATION failed: x")
-    async with db() as session, session.begin():
-        request = SweepRequest(sweeps=["failed"], requested_by="faults")
-        session.add(request)
-        await session.flush()
-        request_id = request.id
+    request_id = await ask_for_sweeps(db, ["failed"])
 
     # A `POST /til` of the same user holds the TIL lock: the sweep's re-registration of
     # the failed TIL waits for it, so the run is in the middle when the process dies.
@@ -47,7 +49,7 @@ async def test_a_run_now_whose_recovery_process_is_killed_is_run_by_the_next(
         await lock_user(holder, TIL_USER_LOCK, user)
         first = stack.start("recovery", **ENV)
         await eventually(
-            lambda: _waiting_for_a_lock(db),
+            lambda: waiting_for_an_advisory_lock(db),
             within=60,
             what="the run waiting for the user's TIL lock",
             context=lambda: stack.logs(),
@@ -57,7 +59,7 @@ async def test_a_run_now_whose_recovery_process_is_killed_is_run_by_the_next(
     # The dead process's backend ends once it finds its client gone, rolling back what the
     # run began and releasing the sweep's lock (else the next run would find it "locked").
     await eventually(lambda: _no_advisory_locks(db), within=30, what="the dead run's locks")
-    assert (await _request(db, request_id)).finished_at is None  # started, never finished
+    assert (await sweep_request(db, request_id)).finished_at is None  # started, never finished
 
     stack.start("recovery", **ENV)
     await eventually(
@@ -68,7 +70,7 @@ async def test_a_run_now_whose_recovery_process_is_killed_is_run_by_the_next(
     )
     healed = time.monotonic() - killed_at
 
-    done = await _request(db, request_id)
+    done = await sweep_request(db, request_id)
     assert (done.attempts, done.ok, done.error) == (2, True, None)
     async with db() as session:
         tils = (
@@ -101,14 +103,6 @@ async def test_a_run_now_whose_recovery_process_is_killed_is_run_by_the_next(
     )
 
 
-async def _waiting_for_a_lock(db: async_sessionmaker[AsyncSession]) -> bool:
-    async with db() as session:
-        waiting = await session.scalar(
-            text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-        )
-    return bool(waiting)
-
-
 async def _no_advisory_locks(db: async_sessionmaker[AsyncSession]) -> bool:
     async with db() as session:
         held = await session.scalar(
@@ -120,18 +114,5 @@ async def _no_advisory_locks(db: async_sessionmaker[AsyncSession]) -> bool:
     return held == 0
 
 
-async def _request(db: async_sessionmaker[AsyncSession], request_id: int) -> SweepRequest:
-    async with db() as session:
-        request = await session.get(SweepRequest, request_id)
-        assert request is not None
-        return request
-
-
 async def _finished(db: async_sessionmaker[AsyncSession], request_id: int) -> bool:
-    async with db() as session:
-        finished = await session.scalar(
-            select(func.count())
-            .select_from(SweepRequest)
-            .where(SweepRequest.id == request_id, SweepRequest.finished_at.is_not(None))
-        )
-    return bool(finished)
+    return (await sweep_request(db, request_id)).finished_at is not None

@@ -1,4 +1,5 @@
-"""Seed rows with chosen timestamps, and read back what a sweep registered."""
+"""Seed rows with chosen timestamps, and read back what a sweep registered; operators'
+"run now" requests, and the advisory-lock waits the tests hold a sweep at."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.jobs.types import JobType
@@ -18,6 +19,7 @@ from san_common.models import (
     OutboxMessage,
     RecallQuizGeneration,
     Scrap,
+    SweepRequest,
     TilGithubCommit,
     User,
 )
@@ -192,3 +194,33 @@ class Seed:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+async def ask_for_sweeps(
+    sessions: async_sessionmaker[AsyncSession], sweeps: list[str], **columns: object
+) -> int:
+    """An operator's "run now" request, as the admin API writes it (`columns` to seed it
+    in another state); its id."""
+    async with sessions() as session, session.begin():
+        request = SweepRequest(sweeps=sweeps, requested_by="tests", **columns)
+        session.add(request)
+        await session.flush()
+        return request.id
+
+
+async def sweep_request(
+    sessions: async_sessionmaker[AsyncSession], request_id: int
+) -> SweepRequest:
+    async with sessions() as session:
+        request = await session.get(SweepRequest, request_id)
+        assert request is not None
+        return request
+
+
+async def waiting_for_an_advisory_lock(sessions: async_sessionmaker[AsyncSession]) -> bool:
+    """Whether some transaction waits for an advisory lock (a sweep held at the TIL lock)."""
+    async with sessions() as session:
+        waiting = await session.scalar(
+            text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        )
+    return bool(waiting)

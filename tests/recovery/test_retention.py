@@ -20,6 +20,7 @@ from tests.admin.support import insert_jobs, new_user
 Sessions = async_sessionmaker[AsyncSession]
 POLICY = Policy(batch_size=10, keep_completed=timedelta(days=14), keep_failed=timedelta(days=30))
 NOW = datetime.now(UTC)
+STALE = timedelta(minutes=1)  # an operator's request nobody beat for this long is taken again
 
 
 def days_ago(days: float) -> datetime:
@@ -85,9 +86,9 @@ async def test_retention_deletes_exactly_the_rows_past_the_horizon(db: Sessions)
 async def test_runs_are_recorded_and_operator_requests_run(db: Sessions) -> None:
     async with db() as session, session.begin():
         session.add(SweepRequest(sweeps=["retention", "ghost"], requested_by="op-a"))
-    request_id = await run_requested(db, policy=POLICY)
+    request_id = await run_requested(db, policy=POLICY, stale_after=STALE)
     assert request_id is not None
-    assert await run_requested(db, policy=POLICY) is None  # nothing left to do
+    assert await run_requested(db, policy=POLICY, stale_after=STALE) is None  # nothing left to do
     async with db() as session:
         runs = (await session.scalars(select(SweepRun).order_by(SweepRun.id))).all()
         request = await session.get(SweepRequest, request_id)

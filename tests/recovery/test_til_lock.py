@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from san_common.jobs.registration import lock_user
 from san_common.jobs.registry import TIL_USER_LOCK
@@ -17,7 +17,7 @@ from san_common.models import AsyncJob, DailySummary
 from san_recovery.policy import Policy
 from san_recovery.runner import RunStatus, run_sweep
 from san_recovery.sweeps import Sweep
-from tests.recovery.seed import Seed
+from tests.recovery.seed import Seed, waiting_for_an_advisory_lock
 from tests.waiting import eventually
 
 TIL = JobType.TIL_GENERATION
@@ -83,16 +83,11 @@ async def test_the_reregistration_waits_for_a_til_request_holding_the_user_lock(
             run_sweep(seed.sessions, Sweep.FAILED, now=seed.now, policy=Policy())
         )
 
-        async def sweep_waits_for_the_lock() -> bool:
-            async with seed.sessions() as session:
-                waiting = await session.scalar(
-                    text(
-                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                    )
-                )
-            return bool(waiting)
-
-        await eventually(sweep_waits_for_the_lock, within=30, what="the sweep to wait")
+        await eventually(
+            lambda: waiting_for_an_advisory_lock(seed.sessions),
+            within=30,
+            what="the sweep to wait",
+        )
         request.add(
             AsyncJob(
                 job_id=uuid.uuid4(),

@@ -21,10 +21,8 @@ from san_recovery.tally import Tally
 
 log = logging.getLogger(__name__)
 
-# How long a taken "run now" request may go without a heartbeat before another poll takes
-# it again (RECOVERY_REQUEST_STALE_SECONDS), and how often one is taken before it ends
-# unrun: a request whose process never got to finish it may be what kills that process.
-REQUEST_STALE_AFTER = timedelta(seconds=60)
+# How often a "run now" request is taken before it ends unrun: a request whose process
+# never got to finish it may be what kills that process.
 MAX_REQUEST_ATTEMPTS = 5
 
 
@@ -185,16 +183,17 @@ async def run_requested(
     sessions: async_sessionmaker[AsyncSession],
     *,
     policy: Policy,
+    stale_after: timedelta,
     stop: asyncio.Event | None = None,
-    stale_after: timedelta = REQUEST_STALE_AFTER,
 ) -> int | None:
     """Run the oldest operator request ("run now", from the admin API) that nobody runs,
     if any; its id, or None when there was none.
 
-    While it runs, the request's heartbeat is beaten every `stale_after` / 4: a process
-    that dies mid-run leaves a request that the next poll of any replica takes again once
-    `stale_after` has passed (the sweeps are idempotent, so running them again is safe). A
-    run cut short by shutdown gives the request back for the next process."""
+    While it runs, the request's heartbeat is beaten every `stale_after` / 4
+    (RECOVERY_REQUEST_STALE_SECONDS): a process that dies mid-run leaves a request that
+    the next poll of any replica takes again once `stale_after` has passed (the sweeps are
+    idempotent, so running them again is safe). A run cut short by shutdown gives the
+    request back for the next process."""
     async with sessions() as session, session.begin():
         request = await repository.claim_request(session, stale_after=stale_after)
     if request is None:
