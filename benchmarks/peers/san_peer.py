@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import aio_pika
 import asyncpg
@@ -27,7 +27,7 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, Write
 
 PREFIX = os.environ.get("BENCH_SAN_PREFIX", "sanbench")
 JOB_TYPE = JobType.SCRAP_REFINE  # any type: the benchmark's worker serves only this queue
@@ -38,7 +38,8 @@ NOOP = text(
 
 
 class NoopHandler(JobHandler[None, float]):
-    """A job that updates one row, like every peer's: `run` notes when the job started.
+    """A job that updates one row, like every peer's: `run` notes when the job started,
+    `write` is the UPDATE (the jobs completing together share one executemany).
     Its job row is all it needs, so it has no `load` (and the runtime no load transaction),
     as a peer's job function reads nothing before it starts."""
 
@@ -47,8 +48,8 @@ class NoopHandler(JobHandler[None, float]):
     async def run(self, job: AsyncJob, payload: None) -> float:
         return time.time()
 
-    async def store(self, session: AsyncSession, job: AsyncJob, entered: Any) -> None:
-        await session.execute(NOOP, {"entered": entered, "id": job.target_id})
+    def write(self, job: AsyncJob, entered: float) -> Write:
+        return Write(NOOP, {"entered": entered, "id": job.target_id})
 
 
 def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:

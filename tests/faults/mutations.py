@@ -193,6 +193,20 @@ MUTATIONS = (
         (f"{GROUP}::test_a_batch_with_a_failing_store_fails_only_that_job",),
     ),
     Mutation(
+        "shared-write-failure-fails-the-batch",
+        "a write the jobs of a completion batch share fails every job in it, not its own",
+        (
+            Edit(
+                STORE,
+                "                # A shared write raised: each job again on its own finds whose"
+                " it was.\n                return [await _outcome(self._finish_one(item)) for item"
+                " in batch]\n",
+                "                return [failed.__cause__ or failed] * len(batch)\n",
+            ),
+        ),
+        (f"{GROUP}::test_a_shared_write_that_fails_fails_only_the_job_it_was_for",),
+    ),
+    Mutation(
         "abandoned-claim-kept",
         "a claim whose caller was cancelled mid-statement is kept (nobody runs the job)",
         (Edit(STORE, "abandoned=self._release_abandoned", "abandoned=None"),),

@@ -11,13 +11,16 @@ from collections.abc import AsyncIterator
 from typing import ClassVar
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.db.engine import create_engine, create_session_factory
+from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
+from san_common.db.engine import bound_engine, create_engine, create_session_factory
 from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
+from san_common.worker import JobHandler, Write
 from san_common.worker.store import Claim, SqlJobStore
 from tests.faults.harness import job_rows, seed, try_rows
 from tests.faults.test_leases import LEASE, _expire
@@ -141,6 +144,78 @@ async def test_a_batch_with_a_failing_store_fails_only_that_job(
     assert await _refined(sessions, seeded.scrap_ids) == ["answer 0", "answer 1", None]
     rows = await job_rows(sessions, seeded.job_ids)
     assert [rows[j]["status"] for j in seeded.job_ids] == ["COMPLETED", "COMPLETED", "PROCESSING"]
+
+
+class SharedAnswer(JobHandler[None, str]):
+    """A handler whose results are one statement (`write`): an empty answer fails it in
+    the database (division by zero), whichever job of a batch it belongs to."""
+
+    job_type: ClassVar[str] = JobType.SCRAP_REFINE
+
+    async def run(self, job: AsyncJob, payload: None) -> str:
+        raise AssertionError("the store tests run no job")
+
+    def write(self, job: AsyncJob, result: str) -> Write:
+        return Write(WRITE_ANSWER, {"r": result, "id": job.target_id})
+
+
+WRITE_ANSWER = text(
+    "UPDATE scraps SET refined_content = :r "
+    "WHERE id = :id AND 1 / length(CAST(:r AS text)) IS NOT NULL"
+)
+
+
+def _statements(sessions: async_sessionmaker[AsyncSession]) -> list[tuple[str, bool, int]]:
+    """Every statement the engine runs from now on: (SQL, executemany, parameter sets)."""
+    seen: list[tuple[str, bool, int]] = []
+
+    def note(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        seen.append((statement, executemany, len(parameters) if executemany else 1))
+
+    event.listen(bound_engine(sessions).sync_engine, "before_cursor_execute", note)
+    return seen
+
+
+async def test_the_writes_of_a_batch_are_one_executemany_and_every_job_completes(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    seeded = await seed(sessions, 4, [JobType.SCRAP_REFINE], label="group")
+    store = SqlJobStore(sessions)
+    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    handler = ScrapRefineHandler(ai=None)  # type: ignore[arg-type]  # its write calls no AI
+    seen = _statements(sessions)
+
+    finished = await asyncio.gather(
+        *(store.finish(c, handler, f"answer {i}") for i, c in enumerate(claims))
+    )
+
+    assert finished == [True] * 4
+    assert await _refined(sessions, seeded.scrap_ids) == [f"answer {i}" for i in range(4)]
+    rows = await job_rows(sessions, seeded.job_ids)
+    assert {rows[j]["status"] for j in seeded.job_ids} == {"COMPLETED"}
+    writes = [(many, sets) for sql, many, sets in seen if sql.startswith("UPDATE scraps")]
+    assert writes == [(True, 4)]
+
+
+async def test_a_shared_write_that_fails_fails_only_the_job_it_was_for(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    seeded = await seed(sessions, 3, [JobType.SCRAP_REFINE], label="group")
+    store = SqlJobStore(sessions)
+    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+
+    answers = ["a0", "", "a2"]  # the empty one fails its write
+    finished = await asyncio.gather(
+        *(store.finish(c, SharedAnswer(), a) for c, a in zip(claims, answers, strict=True)),
+        return_exceptions=True,
+    )
+
+    assert finished[0] is True and finished[2] is True
+    assert isinstance(finished[1], sa_exc.DBAPIError), finished[1]
+    assert "division by zero" in str(finished[1])
+    assert await _refined(sessions, seeded.scrap_ids) == ["a0", None, "a2"]
+    rows = await job_rows(sessions, seeded.job_ids)
+    assert [rows[j]["status"] for j in seeded.job_ids] == ["COMPLETED", "PROCESSING", "COMPLETED"]
 
 
 async def test_a_claim_whose_caller_is_cancelled_mid_statement_is_released(

@@ -10,12 +10,13 @@ from typing import Any, ClassVar
 import asyncpg
 import pytest
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
 
 from san_common.errors import PermanentJobError, TransientJobError
 from san_common.models import AsyncJob
 from san_common.retry import RetryPolicy
-from san_common.worker import Executor, JobHandler, Outcome, RuntimeConfig
-from san_common.worker.handler import needs_load
+from san_common.worker import Executor, JobHandler, Outcome, RuntimeConfig, Write
+from san_common.worker.handler import needs_load, writes_one_statement
 from tests.unit.memory import Broken, MemoryDelivery, MemoryStore, delivery_for, new_job
 
 CONFIG = RuntimeConfig(
@@ -274,3 +275,28 @@ def test_a_handler_needs_a_load_when_its_class_defines_one() -> None:
 
     assert not needs_load(_RowOnly())
     assert needs_load(Loads()) and needs_load(Scripted())  # subclassed or duck-typed
+
+
+def test_a_handler_writes_one_statement_when_it_keeps_the_base_store() -> None:
+    class Writes(JobHandler[None, str]):
+        job_type: ClassVar[str] = "CARD_ANALYSIS"
+
+        async def run(self, job: AsyncJob, payload: None) -> str:
+            return "result"
+
+        def write(self, job: AsyncJob, result: str) -> Write:
+            return Write(text("SELECT 1"), {})
+
+    assert writes_one_statement(Writes())
+    assert not writes_one_statement(_RowOnly()) and not writes_one_statement(Scripted())
+
+
+async def test_a_handler_with_neither_store_nor_write_says_so() -> None:
+    class Neither(JobHandler[None, str]):
+        job_type: ClassVar[str] = "CARD_ANALYSIS"
+
+        async def run(self, job: AsyncJob, payload: None) -> str:
+            return "result"
+
+    with pytest.raises(TypeError, match="Neither has neither store nor write"):
+        await Neither().store(None, new_job(), "result")  # type: ignore[arg-type]

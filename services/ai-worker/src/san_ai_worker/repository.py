@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, exists, func, literal, select, update
+from sqlalchemy import bindparam, delete, exists, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,6 +24,7 @@ from san_common.models import (
     card_tags,
     daily_summary_cards,
 )
+from san_common.worker import Write
 
 
 async def get_scrap(session: AsyncSession, scrap_id: uuid.UUID) -> Scrap | None:
@@ -104,12 +105,16 @@ async def link_tags(
         )
 
 
-async def set_refined_content(session: AsyncSession, scrap_id: uuid.UUID, refined: str) -> None:
-    await session.execute(
-        update(Scrap)
-        .where(Scrap.id == scrap_id)
-        .values(refined_content=refined, refined_at=func.now(), updated_at=func.now())
-    )
+_SET_REFINED_CONTENT = (
+    update(Scrap)
+    .where(Scrap.id == bindparam("scrap_id"))
+    .values(refined_content=bindparam("refined"), refined_at=func.now(), updated_at=func.now())
+)
+
+
+def refined_content(scrap_id: uuid.UUID, refined: str) -> Write:
+    """The scrap's refined text, as one write (the refines completing together share it)."""
+    return Write(_SET_REFINED_CONTENT, {"scrap_id": scrap_id, "refined": refined})
 
 
 # -- TIL and recall quizzes -------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The worker runtime shared by ai-worker and github-worker."""
 
 from san_common.worker.executor import Executor, Outcome, RuntimeConfig
-from san_common.worker.handler import JobHandler
+from san_common.worker.handler import JobHandler, Write
 from san_common.worker.runtime import WorkerRuntime
 
-__all__ = ["Executor", "JobHandler", "Outcome", "RuntimeConfig", "WorkerRuntime"]
+__all__ = ["Executor", "JobHandler", "Outcome", "RuntimeConfig", "WorkerRuntime", "Write"]

@@ -1,13 +1,26 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql import Executable
 
 from san_common.models import AsyncJob
 
 P = TypeVar("P")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Write:
+    """A job's results as one SQL statement and its parameters. `statement` is the same
+    object for every job of the type (a module constant with bind parameters): the runtime
+    runs the writes of a completion batch that share it as one executemany."""
+
+    statement: Executable
+    params: Mapping[str, Any]
 
 
 class JobHandler(Protocol[P, R]):
@@ -17,7 +30,10 @@ class JobHandler(Protocol[P, R]):
       handler whose job row (the claim returns it) is all it needs keeps this class's
       `load`: the runtime then opens no transaction for it and `run` gets None;
     - `run` makes the external call(s) with **no** transaction open, returning `R`;
-    - `store` writes the results in the transaction that marks the job COMPLETED.
+    - `store` writes the results in the transaction that marks the job COMPLETED. A
+      handler whose results are one statement returns it from `write` instead and keeps
+      this class's `store`: the jobs completing together then share one executemany
+      instead of a round trip each.
 
     Raise `PermanentJobError` / `TransientJobError` (san_common.errors) to steer retries;
     any other exception from `run` fails the job with its cause chain. A failure may carry
@@ -36,9 +52,21 @@ class JobHandler(Protocol[P, R]):
 
     async def run(self, job: AsyncJob, payload: P) -> R: ...
 
-    async def store(self, session: AsyncSession, job: AsyncJob, result: R) -> None: ...
+    def write(self, job: AsyncJob, result: R) -> Write:
+        raise TypeError(f"{type(self).__name__} has neither store nor write")
+
+    async def store(self, session: AsyncSession, job: AsyncJob, result: R) -> None:
+        write = self.write(job, result)
+        # Core, not the ORM session: an ORM UPDATE would synchronise the session's objects.
+        connection = await session.connection()
+        await connection.execute(write.statement, write.params)
 
 
 def needs_load(handler: JobHandler[Any, Any]) -> bool:
     """Whether `handler` reads anything beyond its job row (its class overrides `load`)."""
     return getattr(type(handler), "load", JobHandler.load) is not JobHandler.load
+
+
+def writes_one_statement(handler: JobHandler[Any, Any]) -> bool:
+    """Whether `handler`'s results are its `write` (its class keeps this class's `store`)."""
+    return getattr(type(handler), "store", JobHandler.store) is JobHandler.store

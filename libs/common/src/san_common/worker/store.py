@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.sql import Executable
 
 from san_common.db.engine import bound_engine
 from san_common.errors import is_connection_loss, is_contention
@@ -24,7 +25,7 @@ from san_common.jobs.repository import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
 from san_common.models import AsyncJob
 from san_common.worker.batching import Batcher
-from san_common.worker.handler import JobHandler
+from san_common.worker.handler import JobHandler, writes_one_statement
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,10 @@ class _LeaseLost(Exception):
 
 
 class _StoreFailed(Exception):
-    """The `store` of a batch's item `index` raised (its exception is the cause)."""
+    """The `store` of a batch's item `index` raised (its exception is the cause); None: a
+    write the batch shared among several jobs raised, nobody knows whose."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int | None) -> None:
         super().__init__(f"store of batch item {index} failed")
         self.index = index
 
@@ -206,6 +208,9 @@ class SqlJobStore:
             again = iter(await self._finish_batch([i for i in batch if i.job_id in lost.held]))
             return [next(again) if i.job_id in lost.held else False for i in batch]
         except _StoreFailed as failed:
+            if failed.index is None:
+                # A shared write raised: each job again on its own finds whose it was.
+                return [await _outcome(self._finish_one(item)) for item in batch]
             # One handler's store raised: that job alone gets its outcome (its store again,
             # on its own: the error may have been the batch's, such as two jobs' rows
             # colliding); the rest go again.
@@ -223,13 +228,26 @@ class SqlJobStore:
 
     async def _finish_together(self, batch: Sequence[_Finish]) -> None:
         async with self._sessions() as session, session.begin():
+            shared: dict[Executable, list[Mapping[str, Any]]] = {}
             for index, item in enumerate(batch):
                 try:
-                    await item.handler.store(session, item.claim.job, item.result)
+                    if writes_one_statement(item.handler):
+                        write = item.handler.write(item.claim.job, item.result)
+                        shared.setdefault(write.statement, []).append(write.params)
+                    else:
+                        await item.handler.store(session, item.claim.job, item.result)
                 except Exception as exc:
                     if is_connection_loss(exc):
                         raise  # the outage is every job's: each requeues
                     raise _StoreFailed(index) from exc
+            connection = await session.connection()
+            for statement, params in shared.items():
+                try:
+                    await connection.execute(statement, params)
+                except Exception as exc:
+                    if is_connection_loss(exc):
+                        raise
+                    raise _StoreFailed(None) from exc
             done = await jobs.complete_batch(
                 session, [(item.job_id, item.claim.try_no) for item in batch]
             )

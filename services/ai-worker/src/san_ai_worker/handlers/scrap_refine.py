@@ -11,7 +11,7 @@ from san_ai_worker.ai.provider import AiProvider
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, Write
 
 
 class ScrapRefineHandler(JobHandler[str, str]):
@@ -29,5 +29,5 @@ class ScrapRefineHandler(JobHandler[str, str]):
     async def run(self, job: AsyncJob, content: str) -> str:
         return (await self._ai.refine_scrap(content)).refinedContent
 
-    async def store(self, session: AsyncSession, job: AsyncJob, refined: str) -> None:
-        await repository.set_refined_content(session, job.target_id, refined)
+    def write(self, job: AsyncJob, refined: str) -> Write:
+        return repository.refined_content(job.target_id, refined)
