@@ -38,6 +38,7 @@ GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
+OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
 API_ERRORS = "services/api/src/san_api/errors.py"
 API_LIMITS = "services/api/src/san_api/limits/dependencies.py"
@@ -344,6 +345,16 @@ MUTATIONS = (
             ),
         ),
         (f"{GROUP}::test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_again",),
+    ),
+    Mutation(
+        "relay-claim-sorts-on",
+        "the relay's claim leaves the plan to the statistics (a stale count: every round "
+        "reads and sorts the whole backlog)",
+        (Edit(OUTBOX_CLAIM, "        SET enable_sort = off\n", ""),),
+        (
+            "tests/relay/test_claim_plan.py::"
+            "test_a_claim_reads_its_batch_not_the_backlog_under_the_statistics_of_an_empty_outbox",
+        ),
     ),
     Mutation(
         "similar-cards-sorts-on",

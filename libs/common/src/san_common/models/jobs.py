@@ -104,8 +104,10 @@ class OutboxMessage(Base):
 
     __tablename__ = "outbox_messages"
     __table_args__ = (
+        # the relay's claim: the unpublished rows in the order it takes them (0008)
         Index(
-            "ix_outbox_messages_unpublished",
+            "ix_outbox_messages_due",
+            "available_at",
             "id",
             postgresql_where=text("published_at IS NULL"),
         ),
@@ -113,11 +115,6 @@ class OutboxMessage(Base):
             "ix_outbox_messages_published_at",
             "published_at",
             postgresql_where=text("published_at IS NOT NULL"),
-        ),
-        Index(
-            "ix_outbox_messages_available_at",
-            "available_at",
-            postgresql_where=text("published_at IS NULL"),
         ),
     )
 
