@@ -30,7 +30,6 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
-RELAY_REPO = "services/relay/src/san_relay/repository.py"
 EDGE = "services/api/src/san_api/edge.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
@@ -300,9 +299,9 @@ MUTATIONS = (
         "the relay's claim takes rows that are not due yet",
         (
             Edit(
-                RELAY_REPO,
-                "    WHERE published_at IS NULL AND available_at <= now()\n    ORDER BY id",
-                "    WHERE published_at IS NULL\n    ORDER BY id",
+                OUTBOX_CLAIM,
+                "        WHERE o.published_at IS NULL AND o.available_at <= now()\n",
+                "        WHERE o.published_at IS NULL\n",
             ),
         ),
         (
