@@ -22,7 +22,7 @@ from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, Write
 from san_common.worker.store import Claim, SqlJobStore
-from tests.faults.harness import job_rows, seed, try_rows
+from tests.faults.harness import Seeded, job_rows, seed, try_rows
 from tests.faults.test_leases import LEASE, _expire
 from tests.waiting import eventually
 
@@ -79,6 +79,19 @@ async def _refined(
     return [rows[i] for i in scrap_ids]
 
 
+async def _claimed(
+    sessions: async_sessionmaker[AsyncSession],
+    count: int,
+    *,
+    label: str = "group",
+    worker: str = "w-batch",
+) -> tuple[Seeded, SqlJobStore, list[Claim]]:
+    """`count` SCRAP_REFINE jobs, and a store that claimed them all together."""
+    seeded = await seed(sessions, count, [JobType.SCRAP_REFINE], label=label)
+    store = SqlJobStore(sessions)
+    return seeded, store, await _claim_all(store, seeded.job_ids, worker)
+
+
 async def _claim_all(store: SqlJobStore, job_ids: list[uuid.UUID], worker: str) -> list[Claim]:
     got = await asyncio.gather(*(store.claim(j, worker, LEASE, reclaim_own=True) for j in job_ids))
     assert all(isinstance(c, Claim) for c in got), got
@@ -88,9 +101,7 @@ async def _claim_all(store: SqlJobStore, job_ids: list[uuid.UUID], worker: str) 
 async def test_claims_asked_together_are_one_statement_each_with_its_own_try(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    seeded = await seed(sessions, 5, [JobType.SCRAP_REFINE], label="group")
-    store = SqlJobStore(sessions)
-    claims = await _claim_all(store, seeded.job_ids, "w-group")
+    seeded, _, claims = await _claimed(sessions, 5, worker="w-group")
 
     assert [c.try_no for c in claims] == [1] * 5
     rows = await job_rows(sessions, seeded.job_ids)
@@ -106,9 +117,7 @@ async def test_claims_asked_together_are_one_statement_each_with_its_own_try(
 async def test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    seeded = await seed(sessions, 3, [JobType.SCRAP_REFINE], label="group")
-    store = SqlJobStore(sessions)
-    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    seeded, store, claims = await _claimed(sessions, 3)
     lost = seeded.job_ids[1]
     await _expire(sessions, lost)
     async with sessions() as session, session.begin():
@@ -129,9 +138,7 @@ async def test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_o
 async def test_a_batch_with_a_failing_store_fails_only_that_job(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    seeded = await seed(sessions, 3, [JobType.SCRAP_REFINE], label="group")
-    store = SqlJobStore(sessions)
-    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    seeded, store, claims = await _claimed(sessions, 3)
     handler = WriteAnswer(broken=frozenset({seeded.scrap_ids[2]}))
 
     finished = await asyncio.gather(
@@ -179,9 +186,7 @@ def _statements(sessions: async_sessionmaker[AsyncSession]) -> list[tuple[str, b
 async def test_the_writes_of_a_batch_are_one_executemany_and_every_job_completes(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    seeded = await seed(sessions, 4, [JobType.SCRAP_REFINE], label="group")
-    store = SqlJobStore(sessions)
-    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    seeded, store, claims = await _claimed(sessions, 4)
     handler = ScrapRefineHandler(ai=None)  # type: ignore[arg-type]  # its write calls no AI
     seen = _statements(sessions)
 
@@ -200,9 +205,7 @@ async def test_the_writes_of_a_batch_are_one_executemany_and_every_job_completes
 async def test_a_shared_write_that_fails_fails_only_the_job_it_was_for(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    seeded = await seed(sessions, 3, [JobType.SCRAP_REFINE], label="group")
-    store = SqlJobStore(sessions)
-    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    seeded, store, claims = await _claimed(sessions, 3)
 
     answers = ["a0", "", "a2"]  # the empty one fails its write
     finished = await asyncio.gather(
@@ -321,9 +324,7 @@ async def test_a_batch_that_loses_a_deadlock_in_its_completion_runs_each_job_aga
     for it, wants a row the batch's stores wrote. The batch waited first, so its backend
     detects the cycle and is the one rolled back; its jobs complete again, one transaction
     each."""
-    seeded = await seed(sessions, 2, [JobType.SCRAP_REFINE], label="deadlock-batch")
-    store = SqlJobStore(sessions)
-    claims = await _claim_all(store, seeded.job_ids, "w-batch")
+    seeded, store, claims = await _claimed(sessions, 2, label="deadlock-batch")
     handler = LockTwoScraps({})
 
     holding = asyncio.Event()
