@@ -109,18 +109,27 @@ async def _wait_done(
     timeout: float,
     worker: subprocess.Popen[bytes] | None = None,
 ) -> None:
+    """Until every one of `ids` is done. Every system runs its jobs about in the order they
+    were enqueued, so the poll reads the last one's row alone (one index probe) and counts
+    them all only once it is done. Counting all of them every poll cost the database ~2 ms
+    of CPU a poll at 2,000 ids, ~10 % of a core taken from the system under test (a whole
+    core at 20,000)."""
     deadline = time.monotonic() + timeout
     while True:
         if worker is not None and worker.poll() is not None:
             raise RuntimeError(f"the worker process exited with {worker.returncode}; see its log")
-        done = await connection.fetchval(
-            "SELECT count(*) FROM bench_rows WHERE id = ANY($1) AND done_at IS NOT NULL", list(ids)
-        )
-        if done == len(ids):
-            return
+        if await connection.fetchval(_LAST_DONE, ids[-1]):
+            done = await connection.fetchval(_COUNT_DONE, list(ids))
+            if done == len(ids):
+                return
         if time.monotonic() > deadline:
+            done = await connection.fetchval(_COUNT_DONE, list(ids))
             raise TimeoutError(f"only {done} of {len(ids)} jobs done after {timeout:.0f}s")
         await asyncio.sleep(0.02)
+
+
+_LAST_DONE = "SELECT done_at IS NOT NULL FROM bench_rows WHERE id = $1"
+_COUNT_DONE = "SELECT count(*) FROM bench_rows WHERE id = ANY($1) AND done_at IS NOT NULL"
 
 
 async def _times(
@@ -147,18 +156,18 @@ async def _wait_first(
     connection: asyncpg.Connection,
     ids: Sequence[uuid.UUID],
     timeout: float,
-    worker: subprocess.Popen[bytes],
+    worker: subprocess.Popen[bytes] | None = None,
 ) -> int:
     """Until at least one of `ids` is done; how many are."""
     deadline = time.monotonic() + timeout
     while True:
-        if worker.poll() is not None:
+        if worker is not None and worker.poll() is not None:
             raise RuntimeError(f"the worker process exited with {worker.returncode}; see its log")
-        done: int = await connection.fetchval(
-            "SELECT count(*) FROM bench_rows WHERE id = ANY($1) AND done_at IS NOT NULL", list(ids)
-        )
-        if done:
-            return done
+        # Only this scenario's rows are in the table (truncated first): no id list to read.
+        if await connection.fetchval(
+            "SELECT EXISTS (SELECT FROM bench_rows WHERE done_at IS NOT NULL)"
+        ):
+            return int(await connection.fetchval(_COUNT_DONE, list(ids)))
         if time.monotonic() > deadline:
             raise TimeoutError(f"no job done after {timeout:.0f}s")
         await asyncio.sleep(0.005)
