@@ -356,6 +356,32 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "worker-claim-through-status",
+        "the worker's claim tests the status with ORs an index on status can serve (a "
+        "quiet table's statistics: every claim reads the whole PENDING backlog)",
+        (
+            Edit(
+                REPO,
+                """      AND CASE j.status
+        WHEN 'PENDING' THEN j.next_attempt_at IS NULL OR j.next_attempt_at <= now()
+        WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR ($4 AND j.worker_id = $2)
+        ELSE false
+      END
+""",
+                """      AND (
+        (j.status = 'PENDING' AND (j.next_attempt_at IS NULL OR j.next_attempt_at <= now()))
+        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now())
+        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)
+      )
+""",
+            ),
+        ),
+        (
+            "tests/worker/test_claim_plan.py::"
+            "test_a_claim_reads_its_batch_not_the_backlog_under_the_statistics_of_a_quiet_table",
+        ),
+    ),
+    Mutation(
         "similar-cards-sorts-on",
         "the similar-cards search keeps sorts on (the planner's exact scan, ~200 ms at 100k)",
         (Edit(NEAREST, "        SET enable_sort = off\n", ""),),

@@ -100,11 +100,15 @@ WITH asked AS (
         next_attempt_at = NULL, started_at = now(), updated_at = now()
     FROM asked
     WHERE j.job_id = asked.job_id
-      AND (
-        (j.status = 'PENDING' AND (j.next_attempt_at IS NULL OR j.next_attempt_at <= now()))
-        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now())
-        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)
-      )
+      -- A CASE, not ORs of `status = …`: no index on status can serve it, so the rows are
+      -- found by their ids whatever the statistics say. Under the statistics of a quiet
+      -- table (few PENDING rows) the ORs had the planner read every PENDING row of a
+      -- backlog through the status indexes to claim a batch of them (docs/scaling.md).
+      AND CASE j.status
+        WHEN 'PENDING' THEN j.next_attempt_at IS NULL OR j.next_attempt_at <= now()
+        WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR ($4 AND j.worker_id = $2)
+        ELSE false
+      END
     RETURNING j.*
 ), taken_over AS (
     -- A try taken over has no outcome yet: its worker vanished or stalled — or, when it is
