@@ -382,6 +382,22 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "acks-together-multiple",
+        "the acks written together use `multiple` (one ack also settles the deliveries "
+        "below it that are still running: lost if the worker dies)",
+        (
+            Edit(
+                CONSUMER,
+                "[spec.Basic.Ack(delivery_tag=tag) for tag in tags]",
+                "[spec.Basic.Ack(delivery_tag=tag, multiple=True) for tag in tags]",
+            ),
+        ),
+        (
+            "tests/worker/test_acks.py::"
+            "test_acks_asked_together_each_settle_their_own_delivery_only",
+        ),
+    ),
+    Mutation(
         "similar-cards-sorts-on",
         "the similar-cards search keeps sorts on (the planner's exact scan, ~200 ms at 100k)",
         (Edit(NEAREST, "        SET enable_sort = off\n", ""),),

@@ -1,0 +1,113 @@
+"""The worker's acks (`worker/consumer.py` `Acks`): the jobs that finish together are acked
+in one write, and each ack still settles its own delivery only. Real RabbitMQ: what the
+broker redelivers after the connection is gone is what was not acked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aio_pika.exceptions import ChannelInvalidStateError
+
+from san_common.worker.consumer import Acks
+from tests import infra
+
+
+@pytest.fixture
+async def queue_name(amqp_url: str) -> AsyncIterator[str]:
+    name = infra.unique_name("santest_acks")
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        await channel.declare_queue(name, durable=True, arguments={"x-queue-type": "quorum"})
+        yield name
+        await channel.queue_delete(name)
+    finally:
+        await connection.close()
+
+
+async def _publish(amqp_url: str, queue: str, bodies: list[bytes]) -> None:
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        for body in bodies:
+            await channel.default_exchange.publish(aio_pika.Message(body), routing_key=queue)
+    finally:
+        await connection.close()
+
+
+async def _deliveries(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
+    received: list[AbstractIncomingMessage] = []
+    arrived = asyncio.Event()
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        received.append(message)
+        if len(received) == count:
+            arrived.set()
+
+    await queue.consume(on_message)
+    await asyncio.wait_for(arrived.wait(), timeout=10)
+    return sorted(received, key=lambda m: m.body)
+
+
+async def _left_in(amqp_url: str, queue: str, expected: int) -> list[bytes]:
+    """The bodies the broker still holds, read with a fresh consumer; waits for `expected`
+    of them, then a moment more for any beyond."""
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=100)
+        declared = await channel.declare_queue(queue, passive=True)
+        received: list[bytes] = []
+
+        async def on_message(message: AbstractIncomingMessage) -> None:
+            received.append(message.body)
+
+        await declared.consume(on_message)
+        for _ in range(100):
+            if len(received) >= expected:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # anything acked by mistake would be missing, not late
+        return sorted(received)
+    finally:
+        await connection.close()
+
+
+async def test_acks_asked_together_each_settle_their_own_delivery_only(
+    amqp_url: str, queue_name: str
+) -> None:
+    bodies = [b"job-%d" % i for i in range(6)]
+    await _publish(amqp_url, queue_name, bodies)
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=10)
+    queue = await channel.declare_queue(queue_name, passive=True)
+    messages = await _deliveries(queue, len(bodies))
+    acks = Acks()
+
+    # the later deliveries finish together while the first two still run: one write, and
+    # an ack of a later tag must not settle the earlier ones (`multiple` would)
+    await asyncio.gather(*(acks.ack(m) for m in messages[2:]))
+    await connection.close()  # the two still running go back to the queue
+
+    assert await _left_in(amqp_url, queue_name, expected=2) == [b"job-0", b"job-1"]
+
+
+async def test_an_ack_on_a_closed_channel_fails_and_the_broker_redelivers(
+    amqp_url: str, queue_name: str
+) -> None:
+    await _publish(amqp_url, queue_name, [b"job-0"])
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel()
+    queue = await channel.declare_queue(queue_name, passive=True)
+    (message,) = await _deliveries(queue, 1)
+    await channel.close()
+
+    with pytest.raises(ChannelInvalidStateError):
+        await Acks().ack(message)
+    await connection.close()
+    assert await _left_in(amqp_url, queue_name, expected=1) == [b"job-0"]
