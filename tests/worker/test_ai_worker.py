@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -20,9 +20,10 @@ from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
-from san_common.models import KnowledgeCard, OutboxMessage, Scrap, Tag, User
+from san_common.models import AsyncJobTry, KnowledgeCard, OutboxMessage, Scrap, Tag, User
 from san_common.worker import WorkerRuntime
 from tests.fakes.fake_ai import FakeAiServer
+from tests.faults.harness import run_sql
 from tests.running import worker_and_relay
 from tests.waiting import eventually, settled_job
 
@@ -222,31 +223,48 @@ async def test_unreadable_message_is_dead_lettered_not_redelivered_forever(
         await connection.close()
 
 
+# The first two result writes of SCRAP_REFINE terminate their own backend mid-statement:
+# the worker's connection dies inside its store. A sequence counts them, because a sequence
+# is not rolled back with the transaction it ran in.
+KILL_TWO_STORES = """
+CREATE SEQUENCE killed_stores;
+CREATE FUNCTION kill_store() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('killed_stores') <= 2 THEN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+        PERFORM pg_sleep(5);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER kill_refine_store BEFORE UPDATE OF refined_content ON scraps
+    FOR EACH ROW EXECUTE FUNCTION kill_store();
+"""
+
+
 async def test_an_outage_mid_job_requeues_and_the_job_completes(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, fresh_db_url: str
 ) -> None:
-    """The database fails while results are stored: the message goes back to the queue
-    after a pause, the job is taken back, and it completes — once."""
-    from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
-
-    real_store = ScrapRefineHandler.store
-    outages = 2
-
-    async def flaky_store(self, session, job, refined):  # type: ignore[no-untyped-def]
-        nonlocal outages
-        if outages:
-            outages -= 1
-            raise ConnectionResetError("database connection lost")
-        await real_store(self, session, job, refined)
-
-    monkeypatch.setattr(ScrapRefineHandler, "store", flaky_store)
+    """The database connection dies while results are stored (the backend terminated under
+    the statement): the message goes back to the queue after a pause, the job is taken
+    back, and it completes — once."""
+    await run_sql(fresh_db_url, KILL_TWO_STORES)
     marker = uuid.uuid4().hex
     scrap = await harness.scrap(f"survives an outage {marker}")
     job = await settled_job(harness.sessions, await harness.register(JobType.SCRAP_REFINE, scrap))
     assert job.status == "COMPLETED", job.error_message
-    assert outages == 0
     async with harness.sessions() as session:
         refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
+        killed = await session.scalar(text("SELECT last_value FROM killed_stores"))
+        outcomes = (
+            await session.scalars(
+                select(AsyncJobTry.outcome)
+                .where(AsyncJobTry.job_id == job.job_id)
+                .order_by(AsyncJobTry.try_no)
+            )
+        ).all()
     assert refined
+    assert killed == 3, "two stores lost their connection, the third stored"
+    # an outage is not the job's fault: the interrupted tries were given back, none spent
+    assert outcomes == ["released", "released", "completed"]
     # each delivery called the AI again, but only one result was stored and completed
     assert harness.chat_requests("scrap_refine", marker) == 3
