@@ -18,6 +18,7 @@ from san_common.jobs.registration import register_job_in_transaction
 from san_common.jobs.types import JobType
 from san_common.models import OutboxMessage
 from san_relay.relay import RoundFailed
+from tests.faults.harness import run_sql
 from tests.relay.conftest import drain_queue, make_relay, register_many, unpublished
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
@@ -360,28 +361,36 @@ async def test_relay_listens_again_after_losing_its_connections(
         await task
 
 
+# The relay's first two claims terminate their own backend: its connection dies mid-round.
+# A sequence counts them (it is not rolled back with the round's transaction).
+KILL_TWO_CLAIMS = """
+CREATE SEQUENCE killed_claims;
+ALTER FUNCTION claim_outbox(integer) RENAME TO claim_outbox_real;
+CREATE FUNCTION claim_outbox(batch integer)
+RETURNS TABLE (
+    id bigint, message_id uuid, exchange text, routing_key text, body text, headers text,
+    created_at timestamptz, traceparent text, tracestate text, next_due_seconds double precision
+)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('killed_claims') <= 2 THEN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+        PERFORM pg_sleep(5);
+    END IF;
+    RETURN QUERY SELECT * FROM claim_outbox_real(batch) AS real;
+END $$;
+"""
+
+
 async def test_a_failing_round_is_retried_not_fatal(
     fresh_db_url: str,
     amqp_url: str,
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A round that raises (database away mid-round) is logged and retried; the relay
-    keeps running and publishes once the fault is gone."""
-    from san_relay import repository
-
-    real_claim = repository.claim_unpublished
-    failures = 2
-
-    async def flaky_claim(session, limit):  # type: ignore[no-untyped-def]
-        nonlocal failures
-        if failures:
-            failures -= 1
-            raise ConnectionResetError("database went away")
-        return await real_claim(session, limit)
-
-    monkeypatch.setattr(repository, "claim_unpublished", flaky_claim)
+    """A round whose connection dies (its backend terminated mid-claim) is logged and
+    retried; the relay keeps running and publishes once the fault is gone."""
+    await run_sql(fresh_db_url, KILL_TWO_CLAIMS)
     await register_many(fresh_sessions, 4)
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions)
     stop = asyncio.Event()
@@ -390,7 +399,8 @@ async def test_a_failing_round_is_retried_not_fatal(
         await eventually(
             lambda: _zero(fresh_sessions), within=20, what="publish after two failed rounds"
         )
-        assert failures == 0
+        assert not task.done()
+        assert await run_sql(fresh_db_url, "SELECT last_value FROM killed_claims") >= 3
     finally:
         stop.set()
         await task
