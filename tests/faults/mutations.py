@@ -122,9 +122,8 @@ MUTATIONS = (
         (
             Edit(
                 REPO,
-                "        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now())\n",
-                "        OR (j.status = 'PROCESSING' AND j.lease_expires_at < now()"
-                " - interval '100 years')\n",
+                "WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR",
+                "WHEN 'PROCESSING' THEN j.lease_expires_at < now() - interval '100 years' OR",
             ),
         ),
         (f"{LEASES}::test_a_taken_over_try_changes_nothing_with_any_of_its_writes",),
@@ -160,9 +159,8 @@ MUTATIONS = (
         (
             Edit(
                 REPO,
-                "        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)\n",
-                "        OR (j.status = 'PROCESSING' AND $4 AND j.worker_id = $2)\n"
-                "        OR j.status = 'COMPLETED'\n",
+                "        ELSE false\n",
+                "        WHEN 'COMPLETED' THEN true\n        ELSE false\n",
             ),
         ),
         (f"{LEASES}::test_a_duplicate_delivered_after_completion_is_skipped",),
