@@ -14,6 +14,7 @@ from aio_pika.exceptions import ChannelInvalidStateError
 
 from san_common.worker.consumer import Acks
 from tests import infra
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -54,25 +55,23 @@ async def _deliveries(queue: AbstractQueue, count: int) -> list[AbstractIncoming
 
 
 async def _left_in(amqp_url: str, queue: str, expected: int) -> list[bytes]:
-    """The bodies the broker still holds, read with a fresh consumer; waits for `expected`
-    of them, then a moment more for any beyond."""
+    """The bodies the broker holds once it has taken back what was not acked: a closed
+    channel's unacked deliveries return to the queue together, so once `expected` are
+    ready, every one that is coming back is."""
     connection = await aio_pika.connect(amqp_url)
     try:
         channel = await connection.channel()
-        await channel.set_qos(prefetch_count=100)
+
+        async def returned() -> bool:
+            declared = await channel.declare_queue(queue, passive=True)
+            return (declared.declaration_result.message_count or 0) >= expected
+
+        await eventually(returned, within=10, what=f"{expected} deliveries back in the queue")
         declared = await channel.declare_queue(queue, passive=True)
-        received: list[bytes] = []
-
-        async def on_message(message: AbstractIncomingMessage) -> None:
-            received.append(message.body)
-
-        await declared.consume(on_message)
-        for _ in range(100):
-            if len(received) >= expected:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # anything acked by mistake would be missing, not late
-        return sorted(received)
+        bodies: list[bytes] = []
+        while (message := await declared.get(no_ack=True, fail=False)) is not None:
+            bodies.append(message.body)
+        return sorted(bodies)
     finally:
         await connection.close()
 
