@@ -212,6 +212,26 @@ async def run_sql(url: str, script: str) -> Any:
         await connection.close()
 
 
+def killing_trigger(name: str, first: int) -> str:
+    """SQL for the trigger function `<name>()` and its counter, the sequence `<name>`: the
+    first `first` rows it fires for terminate their own backend mid-statement — the writing
+    connection dies as under `pg_terminate_backend` or a crash. A sequence counts them
+    because it is not rolled back with the transaction it ran in (`SELECT last_value FROM
+    <name>` tells how many writes came). Attach it with `CREATE TRIGGER … EXECUTE FUNCTION
+    <name>()`."""
+    return f"""
+CREATE SEQUENCE {name};
+CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF nextval('{name}') <= {first} THEN
+        PERFORM pg_terminate_backend(pg_backend_pid());
+        PERFORM pg_sleep(5);
+    END IF;
+    RETURN NEW;
+END $$;
+"""
+
+
 # -- logs ------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from tests.faults.harness import (
     Figures,
     cards_per_scrap,
     jobs_for_targets,
+    killing_trigger,
     log_problems,
     record,
     run_sql,
@@ -37,23 +38,16 @@ DOWN_SECONDS = 3.0
 KILLED_STORES = 10
 
 # The first KILLED_STORES result writes of either job type terminate their own backend
-# mid-statement: the worker's connection dies inside `store`. A sequence counts them,
-# because a sequence is not rolled back with the transaction it ran in.
-KILL_IN_STORE = f"""
-CREATE SEQUENCE faults_killed_stores;
-CREATE FUNCTION faults_kill_store() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF nextval('faults_killed_stores') <= {KILLED_STORES} THEN
-        PERFORM pg_terminate_backend(pg_backend_pid());
-        PERFORM pg_sleep(5);
-    END IF;
-    RETURN NEW;
-END $$;
+# mid-statement: the worker's connection dies inside `store`.
+KILL_IN_STORE = (
+    killing_trigger("faults_kill_store", KILLED_STORES)
+    + """
 CREATE TRIGGER faults_kill_card_store BEFORE INSERT ON knowledge_cards
     FOR EACH ROW EXECUTE FUNCTION faults_kill_store();
 CREATE TRIGGER faults_kill_refine_store BEFORE UPDATE OF refined_content ON scraps
     FOR EACH ROW EXECUTE FUNCTION faults_kill_store();
 """
+)
 
 
 async def test_postgres_fast_restart_and_killed_connections_lose_no_job(
@@ -96,7 +90,7 @@ async def test_postgres_fast_restart_and_killed_connections_lose_no_job(
     )
     healed = time.monotonic() - started_at
     assert await statuses(db, seeded.job_ids) == {"COMPLETED": JOBS}
-    killed = await run_sql(own_db_url, "SELECT last_value FROM faults_killed_stores")
+    killed = await run_sql(own_db_url, "SELECT last_value FROM faults_kill_store")
     assert killed >= KILLED_STORES, "the connection kills in store never happened"
     cards = await cards_per_scrap(db, seeded.scrap_ids)
     assert sorted(cards.values()) == [1] * SCRAPS, cards

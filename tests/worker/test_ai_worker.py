@@ -23,7 +23,7 @@ from san_common.jobs.types import JobType
 from san_common.models import AsyncJobTry, KnowledgeCard, OutboxMessage, Scrap, Tag, User
 from san_common.worker import WorkerRuntime
 from tests.fakes.fake_ai import FakeAiServer
-from tests.faults.harness import run_sql
+from tests.faults.harness import killing_trigger, run_sql
 from tests.running import worker_and_relay
 from tests.waiting import eventually, settled_job
 
@@ -224,21 +224,14 @@ async def test_unreadable_message_is_dead_lettered_not_redelivered_forever(
 
 
 # The first two result writes of SCRAP_REFINE terminate their own backend mid-statement:
-# the worker's connection dies inside its store. A sequence counts them, because a sequence
-# is not rolled back with the transaction it ran in.
-KILL_TWO_STORES = """
-CREATE SEQUENCE killed_stores;
-CREATE FUNCTION kill_store() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF nextval('killed_stores') <= 2 THEN
-        PERFORM pg_terminate_backend(pg_backend_pid());
-        PERFORM pg_sleep(5);
-    END IF;
-    RETURN NEW;
-END $$;
+# the worker's connection dies inside its store.
+KILL_TWO_STORES = (
+    killing_trigger("kill_store", 2)
+    + """
 CREATE TRIGGER kill_refine_store BEFORE UPDATE OF refined_content ON scraps
     FOR EACH ROW EXECUTE FUNCTION kill_store();
 """
+)
 
 
 async def test_an_outage_mid_job_requeues_and_the_job_completes(
@@ -254,7 +247,7 @@ async def test_an_outage_mid_job_requeues_and_the_job_completes(
     assert job.status == "COMPLETED", job.error_message
     async with harness.sessions() as session:
         refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
-        killed = await session.scalar(text("SELECT last_value FROM killed_stores"))
+        killed = await session.scalar(text("SELECT last_value FROM kill_store"))
         outcomes = (
             await session.scalars(
                 select(AsyncJobTry.outcome)
