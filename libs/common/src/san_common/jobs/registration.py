@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionm
 
 from san_common import metrics
 from san_common.db.engine import bound_engine
+from san_common.errors import is_connection_loss
 from san_common.jobs import registry
 from san_common.jobs.envelope import JobMessage
 from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
@@ -121,11 +122,9 @@ async def register_job_on_connection(
         active = await connection.fetchval(_ACTIVE_FOR_USER, user_id, str(job_type))
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    message = _new_message(job_type, target_id, user_id, attempt)
-    if await connection.fetchval(_REGISTER, *_register_params(message)) is None:
-        raise DuplicateActiveJob(job_type, target_id)
+    registered = await _insert_on(connection, job_type, target_id, user_id, attempt)
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
-    return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
+    return registered
 
 
 async def register_job(
@@ -142,10 +141,19 @@ async def register_job(
             return await register_job_in_transaction(
                 session, job_type=job_type, target_id=target_id, user_id=user_id, attempt=attempt
             )
-    # One statement is the whole registration: atomic without a transaction around it.
+    # One statement is the whole registration: atomic without a transaction around it, so
+    # it runs on the pooled connection's asyncpg driver in autocommit, without SQLAlchemy's
+    # execution path (a third of the registration's CPU, docs/performance.md).
     async with bound_engine(session_factory).connect() as connection:
-        connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
-        registered = await _insert(connection, job_type, target_id, user_id, attempt)
+        raw = await connection.get_raw_connection()
+        try:
+            registered = await _insert_on(
+                raw.driver_connection, job_type, target_id, user_id, attempt
+            )
+        except Exception as exc:
+            if is_connection_loss(exc):  # SQLAlchemy did not see it: keep it out of the pool
+                await connection.invalidate(exc)
+            raise
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
 
@@ -211,6 +219,19 @@ async def _insert(
     message = _new_message(job_type, target_id, user_id, attempt)
     result = await connection.exec_driver_sql(_REGISTER, _register_params(message))
     if result.first() is None:
+        raise DuplicateActiveJob(job_type, target_id)
+    return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
+
+
+async def _insert_on(
+    connection: asyncpg.Connection,
+    job_type: str,
+    target_id: uuid.UUID,
+    user_id: uuid.UUID,
+    attempt: int,
+) -> RegisteredJob:
+    message = _new_message(job_type, target_id, user_id, attempt)
+    if await connection.fetchval(_REGISTER, *_register_params(message)) is None:
         raise DuplicateActiveJob(job_type, target_id)
     return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
 
