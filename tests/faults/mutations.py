@@ -52,6 +52,7 @@ REQUESTS = "tests/recovery/test_requests.py"
 GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
 EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
 CONSUMER = "libs/common/src/san_common/worker/consumer.py"
+REGISTRATION = "libs/common/src/san_common/jobs/registration.py"
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 PARTITION = tuple(
@@ -394,6 +395,28 @@ MUTATIONS = (
             "tests/worker/test_acks.py::"
             "test_acks_asked_together_each_settle_their_own_delivery_only",
         ),
+    ),
+    Mutation(
+        "registration-pools-a-dead-connection",
+        "`register_job` lets a connection that died under its statement go back to the pool "
+        "(SQLAlchemy never saw the error: the next registration fails on it)",
+        (
+            Edit(
+                REGISTRATION,
+                "                await connection.invalidate(exc)\n",
+                "                pass\n",
+            ),
+        ),
+        (
+            "tests/faults/test_registration.py::"
+            "test_a_connection_lost_mid_registration_is_not_pooled_again",
+        ),
+    ),
+    Mutation(
+        "relay-rounds-unspaced",
+        "the relay starts a round for every notification, however close behind the last",
+        (Edit(RELAY, "                if rest > 0:\n", "                if False:\n"),),
+        ("tests/relay/test_relay.py::test_messages_that_keep_coming_share_rounds_spaced_apart",),
     ),
     Mutation(
         "similar-cards-sorts-on",

@@ -224,6 +224,56 @@ async def test_under_a_backlog_rounds_overlap_and_publish_each_row_once(
         await task
 
 
+async def test_messages_that_keep_coming_share_rounds_spaced_apart(
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Registrations committed one by one, back to back: each NOTIFY would start a round of
+    its own (a claim, a publish, a confirm and a commit per message). Within the spacing of
+    the last round that published, the leader waits for the rest of it, so the rounds that
+    publish are at most one per spacing, and every message still goes out once."""
+    spacing = 0.2
+    relay = make_relay(
+        fresh_db_url,
+        amqp_url,
+        topology,
+        fresh_sessions,
+        relay_rounds_in_flight=1,
+        relay_poll_seconds=3600,  # only NOTIFY wakes a round
+        relay_round_spacing_seconds=spacing,
+    )
+    busy_rounds = 0
+    real_round = relay.publish_once
+
+    async def counted_round(channel: AbstractChannel) -> int:
+        nonlocal busy_rounds
+        published = await real_round(channel)
+        busy_rounds += published > 0
+        return published
+
+    monkeypatch.setattr(relay, "publish_once", counted_round)
+    stop = asyncio.Event()
+    task = asyncio.create_task(relay.run(stop))
+    try:
+        await asyncio.wait_for(relay.ready.wait(), 20)
+        job_ids: set[uuid.UUID] = set()
+        started = asyncio.get_running_loop().time()
+        for _ in range(60):  # 60 transactions, each with its own NOTIFY
+            job_ids |= await register_many(fresh_sessions, 1)
+        elapsed = asyncio.get_running_loop().time() - started
+        await eventually(lambda: _zero(fresh_sessions), within=20, what="every message")
+        bodies = await _queue_messages(amqp_url, topology.queue_name(JobType.CARD_ANALYSIS), 60)
+    finally:
+        stop.set()
+        await task
+    assert sorted(str(b["job_id"]) for b in bodies) == sorted(str(j) for j in job_ids)
+    # one round may start as the first message arrives, then one per spacing at most
+    assert busy_rounds <= 2 + elapsed / spacing, (busy_rounds, elapsed)
+
+
 async def test_two_relays_publish_every_row_exactly_once(
     fresh_db_url: str,
     amqp_url: str,

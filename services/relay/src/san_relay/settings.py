@@ -22,6 +22,16 @@ class RelaySettings(ServiceSettings):
     relay_poll_seconds: float = Field(
         default=2.0, gt=0, description="Fallback poll interval when no NOTIFY arrives"
     )
+    relay_round_spacing_seconds: float = Field(
+        default=0.02,
+        ge=0,
+        le=1,
+        description=(
+            "While messages keep coming, a round woken by one starts no sooner than this "
+            "after the last round that published: the ones arriving meanwhile go out with "
+            "it (0: every notification starts a round at once)"
+        ),
+    )
     relay_publish_timeout_seconds: float = Field(default=10.0, gt=0)
     relay_database_timeout_seconds: float = Field(
         default=10.0,
