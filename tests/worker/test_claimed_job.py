@@ -1,0 +1,45 @@
+"""The job a claim hands to its handler (`jobs.repository._job`, built without the ORM's
+constructor) is the row as the ORM loads it: every column, the checkpoint parsed, and
+no session of its own."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import inspect
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from san_common.jobs import repository as jobs
+from san_common.jobs.registration import register_job
+from san_common.jobs.types import JobType
+from san_common.models import AsyncJob
+
+
+async def test_the_claimed_job_holds_every_column_of_its_row(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    registered = await register_job(
+        sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=uuid.uuid4()
+    )
+    async with sessions() as session, session.begin():
+        job = await session.get_one(AsyncJob, registered.job_id)
+        job.checkpoint = {"done": [1, 2], "note": "kept across tries"}
+    async with sessions() as session, session.begin():
+        connection = await session.connection()
+        found = await jobs.claim_batch(
+            connection, [registered.job_id], "w-columns", timedelta(seconds=30)
+        )
+    claimed = found[registered.job_id]
+    assert isinstance(claimed, jobs.Claimed)
+    async with sessions() as session:
+        row = await session.get_one(AsyncJob, registered.job_id)
+    columns = [c.key for c in AsyncJob.__table__.columns]
+    assert {c: getattr(claimed.job, c) for c in columns} == {c: getattr(row, c) for c in columns}
+    assert claimed.job.checkpoint == {"done": [1, 2], "note": "kept across tries"}
+    assert (claimed.job.status, claimed.job.tries, claimed.job.worker_id) == (
+        "PROCESSING",
+        1,
+        "w-columns",
+    )
+    assert inspect(claimed.job).transient
