@@ -53,6 +53,7 @@ GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
 EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
 CONSUMER = "libs/common/src/san_common/worker/consumer.py"
 REGISTRATION = "libs/common/src/san_common/jobs/registration.py"
+JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_per_statement.py"
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 PARTITION = tuple(
@@ -394,6 +395,16 @@ MUTATIONS = (
         (
             "tests/worker/test_acks.py::"
             "test_acks_asked_together_each_settle_their_own_delivery_only",
+        ),
+    ),
+    Mutation(
+        "job-events-every-update",
+        "the job-event log's statement trigger logs every updated row, status changed or not "
+        "(a heartbeat floods every stream with events)",
+        (Edit(JOB_EVENTS, '"WHERE n.status IS DISTINCT FROM o.status",', '"",'),),
+        (
+            "tests/api/test_job_event_log.py::"
+            "test_each_row_a_statement_changes_gets_its_event_and_its_notify",
         ),
     ),
     Mutation(
