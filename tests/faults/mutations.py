@@ -398,6 +398,16 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "claimed-job-unconfigured",
+        "the claimed job is built before the mappers are configured (a fresh worker's first "
+        "claims fail, read as a database outage, and are requeued)",
+        (Edit(REPO, "    configure_mappers()\n", ""),),
+        (
+            "tests/worker/test_claimed_job.py::"
+            "test_a_fresh_process_reads_the_job_of_its_first_claim",
+        ),
+    ),
+    Mutation(
         "job-events-every-update",
         "the job-event log's statement trigger logs every updated row, status changed or not "
         "(a heartbeat floods every stream with events)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Update, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import configure_mappers
 from sqlalchemy.orm.instrumentation import manager_of_class
 
 from san_common.errors import MAX_ERROR_MESSAGE
@@ -183,7 +184,6 @@ def _statements(template: str, clauses: str) -> str:
 
 
 _JOB_COLUMNS = tuple(c.key for c in AsyncJob.__table__.columns)
-_new_job = manager_of_class(AsyncJob).new_instance
 
 
 def _job(values: dict[str, Any]) -> AsyncJob:
@@ -191,9 +191,18 @@ def _job(values: dict[str, Any]) -> AsyncJob:
     Built the way the ORM builds the rows it loads (an instance without `__init__`, its
     values set in its `__dict__`), not through the constructor, whose attribute events
     cost a fifteenth of a drained job's worker CPU; nothing adds it to a session."""
-    job: AsyncJob = _new_job()
+    job: AsyncJob = _new_job()()
     job.__dict__.update(values)
     return job
+
+
+@functools.cache
+def _new_job() -> Callable[[], Any]:
+    # The constructor's first call configures the mappers; `new_instance` does not, and
+    # an attribute of an unconfigured mapper cannot be read. A fresh worker process may
+    # claim before anything else touched the ORM.
+    configure_mappers()
+    return manager_of_class(AsyncJob).new_instance
 
 
 @dataclass(frozen=True)
