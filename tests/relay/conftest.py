@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import aio_pika
 import pytest
+from aio_pika.abc import AbstractChannel
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -88,3 +90,35 @@ async def drain_queue(amqp_url: str, queue_name: str) -> list[dict[str, object]]
         return bodies
     finally:
         await connection.close()
+
+
+@dataclass
+class Rounds:
+    """The relay's rounds as a test sees them (`watch_rounds`); a test may reset a count."""
+
+    started: int = 0
+    finished: int = 0
+    published: int = 0  # finished rounds that published at least one message
+    in_flight: int = 0
+    most: int = 0  # the most rounds in flight at once
+
+
+def watch_rounds(relay: Relay, monkeypatch: pytest.MonkeyPatch) -> Rounds:
+    """Count `relay`'s rounds as it runs them (each a real `publish_once`)."""
+    rounds = Rounds()
+    real_round = relay.publish_once
+
+    async def watched_round(channel: AbstractChannel) -> int:
+        rounds.started += 1
+        rounds.in_flight += 1
+        rounds.most = max(rounds.most, rounds.in_flight)
+        try:
+            published: int = await real_round(channel)
+        finally:
+            rounds.in_flight -= 1
+        rounds.finished += 1
+        rounds.published += published > 0
+        return published
+
+    monkeypatch.setattr(relay, "publish_once", watched_round)
+    return rounds

@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import aio_pika
 import pytest
-from aio_pika.abc import AbstractChannel
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -19,7 +18,13 @@ from san_common.jobs.types import JobType
 from san_common.models import OutboxMessage
 from san_relay.relay import RoundFailed
 from tests.faults.harness import run_sql
-from tests.relay.conftest import drain_queue, make_relay, register_many, unpublished
+from tests.relay.conftest import (
+    drain_queue,
+    make_relay,
+    register_many,
+    unpublished,
+    watch_rounds,
+)
 from tests.tcp_proxy import TcpProxy
 from tests.waiting import eventually
 
@@ -90,19 +95,11 @@ async def test_wakes_on_notify_without_waiting_for_the_poll(
 ) -> None:
     # A poll interval far longer than the test: only LISTEN/NOTIFY can publish in time.
     relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_poll_seconds=3600)
-    rounds = 0
-    real_round = relay.publish_once
-
-    async def counted_round(channel: AbstractChannel) -> int:
-        nonlocal rounds
-        published = await real_round(channel)
-        rounds += 1
-        return published
+    rounds = watch_rounds(relay, monkeypatch)
 
     async def first_round_done() -> bool:
-        return rounds >= 1
+        return rounds.finished >= 1
 
-    monkeypatch.setattr(relay, "publish_once", counted_round)
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
@@ -180,45 +177,32 @@ async def test_under_a_backlog_rounds_overlap_and_publish_each_row_once(
         relay_rounds_in_flight=rounds,
         relay_poll_seconds=3600,  # only NOTIFY wakes a round
     )
-    in_flight = most = started = 0
-    real_round = relay.publish_once
-
-    async def watched_round(channel: AbstractChannel) -> int:
-        nonlocal in_flight, most, started
-        in_flight += 1
-        started += 1
-        most = max(most, in_flight)
-        try:
-            return await real_round(channel)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(relay, "publish_once", watched_round)
+    watched = watch_rounds(relay, monkeypatch)
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
 
         async def idle() -> bool:  # each round has run (at start-up: its empty claim), none runs
-            return relay.ready.is_set() and most == rounds and in_flight == 0
+            return relay.ready.is_set() and watched.most == rounds and watched.in_flight == 0
 
         await eventually(idle, within=20, what="the rounds' first claims")
-        most = 0
+        watched.most = 0
         job_ids = await register_many(fresh_sessions, 400)  # 20 batches, one NOTIFY
         await eventually(lambda: _zero(fresh_sessions), within=60, what="the backlog published")
         queue = topology.queue_name(JobType.CARD_ANALYSIS)
         bodies = await _queue_messages(amqp_url, queue, 400)
         await eventually(idle, within=20, what="the rounds back to waiting")
         # the followers joined the leader while the backlog lasted, and never more rounds
-        assert most == rounds
+        assert watched.most == rounds
         assert sorted(str(b["job_id"]) for b in bodies) == sorted(str(j) for j in job_ids)
 
         # a lone message wakes the leader alone: one round, not one per round in flight
-        started = 0
+        watched.started = 0
         await register_many(fresh_sessions, 1)
         await eventually(lambda: _zero(fresh_sessions), within=20, what="the lone message")
         # a round woken by the same NOTIFY starts with the leader's, long before its commit
         await eventually(idle, within=20, what="the rounds back to waiting")
-        assert started == 1
+        assert watched.started == 1
     finally:
         stop.set()
         await task
@@ -245,16 +229,7 @@ async def test_messages_that_keep_coming_share_rounds_spaced_apart(
         relay_poll_seconds=3600,  # only NOTIFY wakes a round
         relay_round_spacing_seconds=spacing,
     )
-    busy_rounds = 0
-    real_round = relay.publish_once
-
-    async def counted_round(channel: AbstractChannel) -> int:
-        nonlocal busy_rounds
-        published = await real_round(channel)
-        busy_rounds += published > 0
-        return published
-
-    monkeypatch.setattr(relay, "publish_once", counted_round)
+    rounds = watch_rounds(relay, monkeypatch)
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
@@ -271,7 +246,7 @@ async def test_messages_that_keep_coming_share_rounds_spaced_apart(
         await task
     assert sorted(str(b["job_id"]) for b in bodies) == sorted(str(j) for j in job_ids)
     # one round may start as the first message arrives, then one per spacing at most
-    assert busy_rounds <= 2 + elapsed / spacing, (busy_rounds, elapsed)
+    assert rounds.published <= 2 + elapsed / spacing, (rounds.published, elapsed)
 
 
 async def test_two_relays_publish_every_row_exactly_once(
