@@ -56,6 +56,7 @@ REGISTRATION = "libs/common/src/san_common/jobs/registration.py"
 JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_per_statement.py"
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
+CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
 PARTITION = tuple(
     "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
     f"_api_resumes[{limits}]"
@@ -406,6 +407,55 @@ MUTATIONS = (
             "tests/worker/test_claimed_job.py::"
             "test_a_fresh_process_reads_the_job_of_its_first_claim",
         ),
+    ),
+    Mutation(
+        "claim-errors-read-as-outages",
+        "every exception out of the claim is read as a database outage (a bug in it is "
+        "logged as 'database unavailable', without its traceback, and passes for one)",
+        (
+            Edit(
+                EXECUTOR,
+                "            except Exception as exc:\n"
+                "                if _is_database_state(exc):\n"
+                "                    raise _Outage(exc) from exc\n"
+                "                raise  # a bug",
+                "            except Exception as exc:\n"
+                "                if True:\n"
+                "                    raise _Outage(exc) from exc\n"
+                "                raise  # a bug",
+            ),
+        ),
+        (
+            f"{CLAIM_ERRORS}::test_an_error_of_the_claim_that_is_no_outage_is_logged_as_a_bug",
+            "tests/unit/test_executor.py::"
+            "test_a_bug_in_the_claim_is_logged_as_a_bug_not_as_an_outage",
+        ),
+    ),
+    Mutation(
+        "claim-deadlock-read-as-bug",
+        "a claim that lost a deadlock is read as a bug (an error with a traceback for the "
+        "database's ordinary contention)",
+        (
+            Edit(
+                EXECUTOR,
+                "    return is_connection_loss(exc) or is_contention(exc)\n",
+                "    return is_connection_loss(exc)\n",
+            ),
+        ),
+        (f"{CLAIM_ERRORS}::test_a_claim_that_loses_a_deadlock_is_requeued_as_contention",),
+    ),
+    Mutation(
+        "bug-requeued-without-pause",
+        "a delivery that hit an unexpected error is requeued at once (a bug that repeats "
+        "spins until the delivery limit)",
+        (
+            Edit(
+                EXECUTOR,
+                'return await self._requeue_after(context, pause, "unexpected worker error")',
+                'return await self._requeue_after(context, 0.0, "unexpected worker error")',
+            ),
+        ),
+        ("tests/unit/test_executor.py::test_a_bug_that_repeats_does_not_spin_its_delivery",),
     ),
     Mutation(
         "job-events-every-update",

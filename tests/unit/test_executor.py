@@ -4,6 +4,7 @@ delivery is settled exactly once."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -143,6 +144,74 @@ async def test_an_unexpected_store_error_still_settles_the_delivery() -> None:
     job = store.add(new_job())
     delivery = delivery_for(job)
     assert await executor(store, handler).handle(delivery) == Outcome.REQUEUED
+    assert delivery.settled == ["requeue"] and job.status == "PENDING"
+
+
+async def test_a_bug_in_the_claim_is_logged_as_a_bug_not_as_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fresh worker whose claim raised AttributeError once passed for a database outage:
+    a warning without a traceback, and a retry that hid the bug."""
+    caplog.set_level(logging.INFO, logger="san_common.worker")
+    bug = AttributeError("'AsyncJob' object has no attribute 'tries'")
+    store, handler = MemoryStore(fail_on={"claim": bug}), Scripted()
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.REQUEUED
+    assert delivery.settled == ["requeue"] and handler.runs == 0 and job.status == "PENDING"
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.levelno == logging.ERROR and line.getMessage().startswith("unexpected error")
+    assert line.exc_info is not None and isinstance(line.exc_info[1], AttributeError)
+
+
+async def test_a_claim_that_loses_a_deadlock_is_requeued_as_contention(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="san_common.worker")
+    deadlock = asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+    store, handler = MemoryStore(fail_on={"claim": deadlock}), Scripted()
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.REQUEUED
+    assert delivery.settled == ["requeue"] and handler.runs == 0
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.levelno == logging.WARNING and line.exc_info is None
+    assert line.getMessage() == "lost to a concurrent transaction; job requeued"
+
+
+def _pausing(seconds: float) -> RuntimeConfig:
+    return RuntimeConfig(
+        outage_policy=RetryPolicy(max_tries=0, backoff_seconds=seconds, retry_everything=True)
+    )
+
+
+async def test_a_bug_that_repeats_does_not_spin_its_delivery() -> None:
+    """The requeued delivery comes straight back; without the outage's pause, a bug that
+    fails every claim would loop at full speed until the delivery limit."""
+    store, handler = MemoryStore(fail_on={"claim": Broken("a bug")}), Scripted()
+    job = store.add(new_job())
+    run = Executor(
+        store=store, handlers={"CARD_ANALYSIS": handler}, config=_pausing(0.3), worker_id="w"
+    )
+    started = asyncio.get_running_loop().time()
+    assert await run.handle(delivery_for(job)) == Outcome.REQUEUED
+    assert asyncio.get_running_loop().time() - started >= 0.3
+
+
+async def test_shutdown_during_the_pause_still_gives_the_try_and_the_message_back() -> None:
+    store, handler = MemoryStore(fail_on={"fail": Broken("a bug")}), Scripted(ValueError("x"))
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    run = Executor(
+        store=store, handlers={"CARD_ANALYSIS": handler}, config=_pausing(60.0), worker_id="w"
+    )
+    task = asyncio.create_task(run.handle(delivery))
+    while "fail" in store.fail_on:  # until the try ran and its `fail` raised: the pause
+        await asyncio.sleep(0.01)
+    assert job.status == "PROCESSING" and delivery.settled == []
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     assert delivery.settled == ["requeue"] and job.status == "PENDING"
 
 

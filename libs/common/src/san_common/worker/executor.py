@@ -21,8 +21,10 @@ Errors are classified by *where* they happen: an exception out of `handler.run` 
 external call's (never a database outage, even a TimeoutError / OSError); one out of the
 executor's own database calls that `is_connection_loss` recognises is an outage: the try
 is released (best effort), and the message requeued after a pause (`ROUND_BACKOFF` by
-delivery count) — never FAILED. Anything unexpected is caught too: no delivery is ever
-left unsettled, and the quorum queue's delivery limit ends a message that keeps failing.
+delivery count) — never FAILED. A claim that lost a deadlock to another transaction is
+requeued the same way. Anything else is a bug: it is logged with its traceback, and its
+delivery requeued after the same pause, so a bug that repeats neither spins nor passes
+for an outage; the quorum queue's delivery limit ends a message that keeps failing.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from san_common.errors import (
     Stage,
     cause_chain,
     is_connection_loss,
+    is_contention,
     summarize,
 )
 from san_common.jobs import registry
@@ -151,7 +154,8 @@ Middleware = Callable[[JobContext, Next], Awaitable[Outcome]]
 
 
 class _Outage(Exception):
-    """The executor's own database call lost its connection."""
+    """The executor's own database call lost its connection (or, for the claim, a
+    deadlock)."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
@@ -236,8 +240,10 @@ class Executor:
                 got = await self._store.claim(
                     context.envelope.job_id, self.worker_id, self._lease, reclaim_own=True
                 )
-            except Exception as exc:  # the claim is all database
-                raise _Outage(exc) from exc
+            except Exception as exc:
+                if _is_database_state(exc):
+                    raise _Outage(exc) from exc
+                raise  # a bug, not an outage: logged with its traceback below
             if not isinstance(got, Claim):
                 outcome = await self._not_claimed(context, got)
             else:
@@ -247,14 +253,24 @@ class Executor:
             await self._ack(delivery)
             return outcome
         except _Outage as outage:
-            return await self._after_outage(context, outage.error)
+            pause = self._pause_before_requeue(context, outage.error)
+            log.warning(
+                "database unavailable; job requeued"
+                if is_connection_loss(outage.error)
+                else "lost to a concurrent transaction; job requeued",
+                extra={"fields": {"error": cause_chain(outage.error)[:500], "retry_in_s": pause}},
+            )
+            return await self._requeue_after(context, pause, "released after a database outage")
         except asyncio.CancelledError:
             await asyncio.shield(self._give_back(context, "released on shutdown"))
             raise
-        except Exception:  # a bug here must not leave the delivery unsettled
-            log.exception("unexpected error executing a job; message requeued")
-            await self._give_back(context, "unexpected worker error")
-            return Outcome.REQUEUED
+        except Exception as exc:  # a bug here must not leave the delivery unsettled
+            pause = self._pause_before_requeue(context, exc)
+            log.exception(
+                "unexpected error executing a job; message requeued",
+                extra={"fields": {"retry_in_s": pause}},
+            )
+            return await self._requeue_after(context, pause, "unexpected worker error")
 
     async def _not_claimed(self, context: JobContext, state: JobState | None) -> Outcome:
         if state is None or state.status not in (
@@ -274,7 +290,9 @@ class Executor:
         try:
             await self._store.defer(context.envelope.job_id, at)
         except Exception as exc:
-            raise _Outage(exc) from exc
+            if _is_database_state(exc):
+                raise _Outage(exc) from exc
+            raise
         context.fields["deferred_until"] = at
         return Outcome.DEFERRED
 
@@ -359,17 +377,19 @@ class Executor:
 
     # -- giving back --------------------------------------------------------------------------
 
-    async def _after_outage(self, context: JobContext, error: BaseException) -> Outcome:
-        """Not the job's fault: pause (growing with the delivery count, so a long outage does
-        not spin), give the try back if the database lets us, requeue."""
+    def _pause_before_requeue(self, context: JobContext, error: BaseException) -> float:
+        """Growing with the delivery count, so that neither a long outage nor a bug that
+        fails every delivery spins."""
         decision = self._config.outage_policy.decide(error, context.delivery.delivery_count + 1)
-        pause = decision.after if isinstance(decision, Retry) else 0.0
-        log.warning(
-            "database unavailable; job requeued",
-            extra={"fields": {"error": cause_chain(error)[:500], "retry_in_s": pause}},
-        )
-        await asyncio.sleep(pause)
-        await self._give_back(context, "released after a database outage")
+        return decision.after if isinstance(decision, Retry) else 0.0
+
+    async def _requeue_after(self, context: JobContext, pause: float, reason: str) -> Outcome:
+        """Not the job's fault: pause, give the try back if the database lets us, requeue
+        (also when shutdown cuts the pause short)."""
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            await asyncio.shield(self._give_back(context, reason))
         return Outcome.REQUEUED
 
     async def _give_back(self, context: JobContext, reason: str) -> None:
@@ -413,6 +433,12 @@ class Executor:
     def _timeout(self, job_type: str) -> float:
         spec = registry.find(job_type)
         return spec.timeout_seconds if spec is not None else 600.0
+
+
+def _is_database_state(exc: BaseException) -> bool:
+    """Raised by one of the executor's own database calls because of the database's state
+    (the connection gone, or the transaction lost a deadlock), not because of a bug."""
+    return is_connection_loss(exc) or is_contention(exc)
 
 
 def _log_failure(emit: Callable[..., None], message: str, exc: BaseException) -> None:
