@@ -458,6 +458,16 @@ MUTATIONS = (
         ("tests/unit/test_executor.py::test_a_bug_that_repeats_does_not_spin_its_delivery",),
     ),
     Mutation(
+        "drain-starts-held-deliveries",
+        "a delivery still waiting for a slot when the worker drains is started in the drain "
+        "window instead of going back to its queue",
+        (Edit(CONSUMER, "            if self._draining:\n", "            if False:\n"),),
+        (
+            "tests/worker/test_drain.py::"
+            "test_a_delivery_waiting_for_a_slot_when_the_drain_begins_is_requeued_not_run",
+        ),
+    ),
+    Mutation(
         "job-events-every-update",
         "the job-event log's statement trigger logs every updated row, status changed or not "
         "(a heartbeat floods every stream with events)",

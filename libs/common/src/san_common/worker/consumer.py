@@ -6,7 +6,8 @@ Quorum queues do not support a channel-global prefetch (`basic.qos(global=True)`
 single busy queue may use all of it), and a process-wide semaphore of the same size lets at
 most that many deliveries execute at once. Deliveries beyond it wait in memory, unacked
 (at most `(queues - 1) × prefetch` of them): the broker gives them to another worker if
-this one dies, and a prefetch-1 worker runs exactly one job at a time.
+this one dies, one still waiting when the worker drains goes back to its queue unstarted,
+and a prefetch-1 worker runs exactly one job at a time.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ class Consumer:
         self._slots = asyncio.Semaphore(prefetch)
         self._acks = Acks()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._draining = False
         self.connected = asyncio.Event()
         # Readiness (what `consuming()` reads; no probe touches the broker).
         self._connection: AbstractRobustConnection | None = None
@@ -209,7 +211,7 @@ class Consumer:
             self._connection, self._channel, self._consuming = connection, channel, True
             self.connected.set()
             await self._follow_pauses(stop, consumers)
-            self._consuming = False
+            self._consuming, self._draining = False, True
             log.info("worker draining", extra={"fields": {"in_flight": len(self._inflight)}})
             for queue, tag in consumers:
                 if tag:
@@ -305,16 +307,19 @@ class Consumer:
 
     async def _run_one(self, delivery: AmqpDelivery) -> None:
         async with self._slots:
+            if self._draining:
+                # It waited for a slot (a worker of several queues holds up to a prefetch
+                # from each) and the drain began meanwhile: not started, so it goes straight
+                # back to the queue for another worker rather than begin in the drain window.
+                await _requeue(delivery)
+                return
             try:
                 await self._handle(delivery)
             except asyncio.CancelledError:
                 raise
             except Exception:  # the executor settles every delivery; this is the last net
                 log.exception("delivery handler crashed; the message is requeued")
-                try:
-                    await delivery.requeue()
-                except Exception:
-                    log.info("requeue failed; the broker redelivers the message")
+                await _requeue(delivery)
 
     async def _drain(self) -> None:
         if not self._inflight:
@@ -323,6 +328,13 @@ class Consumer:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _requeue(delivery: AmqpDelivery) -> None:
+    try:
+        await delivery.requeue()
+    except Exception:
+        log.info("requeue failed; the broker redelivers the message")
 
 
 def _with_heartbeat(amqp_url: str, seconds: int | None) -> str:
