@@ -207,6 +207,46 @@ LISTED = "/github-star-recommendations"  # an endpoint on SQLAlchemy's session: 
 
 
 @pytest.mark.parametrize("limits", [False, True], ids=["limits-off", "limits-on"])
+async def test_stranded_database_connections_cost_one_503_not_one_per_pooled_connection(
+    db_url: str, amqp_url: str, limits: bool
+) -> None:
+    """The test above without its race: every connection the pool holds is stranded (a
+    failover or a NAT that forgot them: open, silent, never reset, so the client cannot
+    notice before it uses one), new ones get through. The first request meets a stranded
+    one and answers 503 after the timeout; the pool must then replace all the others, so
+    the next requests are served — not one 503 per stranded connection."""
+    headers = {**_bearer("stranded-" + uuid.uuid4().hex), "Content-Type": "application/json"}
+    scrap = _numbered_scraps()
+    with TcpProxy(db_url) as proxy:
+        settings = api_settings(
+            proxy.url,
+            amqp_url,
+            rate_limit_enabled=limits,
+            api_database_timeout_seconds=PARTITION_TIMEOUT,
+        )
+        async with served(settings) as url:
+            connections = [await Connection.open(url) for _ in range(8)]
+            try:
+                warm = await asyncio.gather(
+                    *(c.request("POST", "/scraps", headers, scrap()) for c in connections)
+                )
+                assert [a.status for a in warm] == [202] * 8
+                await asyncio.to_thread(proxy.strand)
+                async with asyncio.timeout(30):
+                    answers = [
+                        await connections[0].request("POST", "/scraps", headers, scrap())
+                        for _ in range(6)
+                    ]
+                first, rest = answers[0], answers[1:]
+                assert first.status == 503, first.body  # it met a stranded connection
+                assert first.json()["code"] == "DATABASE_UNAVAILABLE"
+                assert [a.status for a in rest] == [202] * 5, [(a.status, a.body) for a in rest]
+            finally:
+                for connection in connections:
+                    await connection.aclose()
+
+
+@pytest.mark.parametrize("limits", [False, True], ids=["limits-off", "limits-on"])
 async def test_a_database_that_stops_answering_costs_503s_in_time_and_the_api_resumes(
     db_url: str, amqp_url: str, limits: bool
 ) -> None:
