@@ -74,6 +74,16 @@ async def fresh_db_url(pg_server: str, template_db: str) -> AsyncIterator[str]:
     await _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+async def fresh_sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions on the test's own database (`fresh_db_url`), its engine disposed after."""
+    engine = create_engine(fresh_db_url, pool_size=5)
+    try:
+        yield create_session_factory(engine)
+    finally:
+        await engine.dispose()
+
+
 @pytest.fixture(scope="session")
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(db_url, pool_size=20)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.db.engine import create_engine, create_session_factory, plain_url
+from san_common.db.engine import plain_url
 from san_common.worker.executor import Outcome
 from tests.faults.test_leases import MemoryDelivery, RefineHandler, _executor, _job, _row
 from tests.waiting import eventually
@@ -42,26 +41,17 @@ CREATE TRIGGER fail_in_claim BEFORE UPDATE ON async_jobs
 """
 
 
-@pytest.fixture
-async def sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(fresh_db_url, pool_size=5)
-    try:
-        yield create_session_factory(engine)
-    finally:
-        await engine.dispose()
-
-
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_a_claim_that_loses_a_deadlock_is_requeued_as_contention(
-    sessions: async_sessionmaker[AsyncSession],
+    fresh_sessions: async_sessionmaker[AsyncSession],
     fresh_db_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="san_common.worker")
-    job = await _job(sessions)
+    job = await _job(fresh_sessions)
     other = await asyncpg.connect(plain_url(fresh_db_url))
     try:
         await other.execute(WAIT_IN_CLAIM)
@@ -72,7 +62,9 @@ async def test_a_claim_that_loses_a_deadlock_is_requeued_as_contention(
         delivery = MemoryDelivery(job.body)
         async with other.transaction():
             await other.execute("SELECT pg_advisory_xact_lock(13)")
-            handling = asyncio.create_task(_executor(sessions, handler, "w-a").handle(delivery))
+            handling = asyncio.create_task(
+                _executor(fresh_sessions, handler, "w-a").handle(delivery)
+            )
             await eventually(
                 lambda: _waits_for_advisory_lock(other), what="the claim waiting for the lock"
             )
@@ -84,7 +76,7 @@ async def test_a_claim_that_loses_a_deadlock_is_requeued_as_contention(
     finally:
         await other.close()
     assert delivery.settled == ["requeue"] and handler.runs == 0
-    row = await _row(sessions, job.job_id)
+    row = await _row(fresh_sessions, job.job_id)
     assert (row.status, row.tries) == ("PENDING", 0)
     (line,) = _warnings(caplog)
     assert line.getMessage() == "lost to a concurrent transaction; job requeued"
@@ -100,12 +92,12 @@ async def _waits_for_advisory_lock(connection: asyncpg.Connection) -> bool:
 
 
 async def test_an_error_of_the_claim_that_is_no_outage_is_logged_as_a_bug(
-    sessions: async_sessionmaker[AsyncSession],
+    fresh_sessions: async_sessionmaker[AsyncSession],
     fresh_db_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="san_common.worker")
-    job = await _job(sessions)
+    job = await _job(fresh_sessions)
     other = await asyncpg.connect(plain_url(fresh_db_url))
     try:
         await other.execute(FAIL_IN_CLAIM)
@@ -113,9 +105,9 @@ async def test_an_error_of_the_claim_that_is_no_outage_is_logged_as_a_bug(
         await other.close()
     handler = RefineHandler("refined")
     delivery = MemoryDelivery(job.body)
-    assert await _executor(sessions, handler, "w-a").handle(delivery) == Outcome.REQUEUED
+    assert await _executor(fresh_sessions, handler, "w-a").handle(delivery) == Outcome.REQUEUED
     assert delivery.settled == ["requeue"] and handler.runs == 0
-    assert (await _row(sessions, job.job_id)).status == "PENDING"
+    assert (await _row(fresh_sessions, job.job_id)).status == "PENDING"
     (line,) = _warnings(caplog)
     assert line.levelno == logging.ERROR
     assert line.getMessage() == "unexpected error executing a job; message requeued"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import aio_pika
@@ -15,7 +14,6 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.broker.topology import DELIVERY_LIMIT, Topology
-from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs import repository as jobs
 from san_common.jobs.registration import DuplicateActiveJob, register_job
 from san_common.jobs.types import JobType
@@ -25,12 +23,9 @@ from tests.waiting import eventually
 
 
 @pytest.fixture
-async def sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(fresh_db_url, pool_size=5)
-    try:
-        yield create_session_factory(engine)
-    finally:
-        await engine.dispose()
+def sessions(fresh_sessions: async_sessionmaker[AsyncSession]) -> async_sessionmaker[AsyncSession]:
+    """This module's tests each on a database of their own."""
+    return fresh_sessions
 
 
 async def _published(sessions: async_sessionmaker[AsyncSession]) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -17,7 +17,6 @@ import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, OutboxMessage
@@ -78,12 +77,9 @@ class RefineHandler:
 
 
 @pytest.fixture
-async def sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(fresh_db_url, pool_size=5)
-    try:
-        yield create_session_factory(engine)
-    finally:
-        await engine.dispose()
+def sessions(fresh_sessions: async_sessionmaker[AsyncSession]) -> async_sessionmaker[AsyncSession]:
+    """This module's tests each on a database of their own."""
+    return fresh_sessions
 
 
 @dataclass(frozen=True)

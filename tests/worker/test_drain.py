@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import ClassVar
 
 import aio_pika
@@ -15,7 +14,6 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, RuntimeConfig, WorkerRuntime
@@ -45,15 +43,6 @@ class Gated(JobHandler[None, str]):
         return None
 
 
-@pytest.fixture
-async def sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(fresh_db_url, pool_size=5)
-    try:
-        yield create_session_factory(engine)
-    finally:
-        await engine.dispose()
-
-
 async def _ready(amqp_url: str, queue_name: str) -> int:
     connection = await aio_pika.connect(amqp_url)
     async with connection:
@@ -74,7 +63,7 @@ async def _job(
 
 
 async def test_a_delivery_waiting_for_a_slot_when_the_drain_begins_is_requeued_not_run(
-    sessions: async_sessionmaker[AsyncSession],
+    fresh_sessions: async_sessionmaker[AsyncSession],
     fresh_db_url: str,
     amqp_url: str,
     topology: Topology,
@@ -84,7 +73,7 @@ async def test_a_delivery_waiting_for_a_slot_when_the_drain_begins_is_requeued_n
     kinds = (JobType.SCRAP_REFINE, JobType.CARD_ANALYSIS)
     # one job at a time in the process, one delivery held from each of the two queues
     runtime = WorkerRuntime(
-        session_factory=sessions,
+        session_factory=fresh_sessions,
         amqp_url=amqp_url,
         topology=topology,
         handlers={kind: handler for kind in kinds},
@@ -92,7 +81,7 @@ async def test_a_delivery_waiting_for_a_slot_when_the_drain_begins_is_requeued_n
     )
     relay = Relay(
         RelaySettings(database_url=fresh_db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix),
-        sessions,
+        fresh_sessions,
         topology,
     )
     stop, relay_stop = asyncio.Event(), asyncio.Event()
@@ -100,7 +89,7 @@ async def test_a_delivery_waiting_for_a_slot_when_the_drain_begins_is_requeued_n
     relaying = asyncio.create_task(relay.run(relay_stop))
     try:
         await asyncio.wait_for(runtime.connected.wait(), 20)
-        seeded = await seed(sessions, 1, kinds, label="drain")
+        seeded = await seed(fresh_sessions, 1, kinds, label="drain")
 
         async def both_delivered() -> bool:
             counts = [await _ready(amqp_url, topology.queue_name(k)) for k in kinds]
@@ -124,7 +113,7 @@ async def test_a_delivery_waiting_for_a_slot_when_the_drain_begins_is_requeued_n
         await asyncio.gather(working, relaying, return_exceptions=True)
 
     assert handler.started == [running]  # the held delivery never started
-    assert (await _job(sessions, JobType(running), seeded.job_ids)).status == "COMPLETED"
-    held = await _job(sessions, JobType(waiting), seeded.job_ids)
+    assert (await _job(fresh_sessions, JobType(running), seeded.job_ids)).status == "COMPLETED"
+    held = await _job(fresh_sessions, JobType(waiting), seeded.job_ids)
     assert (held.status, held.tries) == ("PENDING", 0)
     assert await _ready(amqp_url, topology.queue_name(waiting)) == 1
