@@ -206,8 +206,9 @@ async def test_shutdown_during_the_pause_still_gives_the_try_and_the_message_bac
         store=store, handlers={"CARD_ANALYSIS": handler}, config=_pausing(60.0), worker_id="w"
     )
     task = asyncio.create_task(run.handle(delivery))
-    while "fail" in store.fail_on:  # until the try ran and its `fail` raised: the pause
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(5):  # until the try ran and its `fail` raised: the pause
+        while "fail" in store.fail_on:
+            await asyncio.sleep(0.01)
     assert job.status == "PROCESSING" and delivery.settled == []
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -154,8 +154,8 @@ Middleware = Callable[[JobContext, Next], Awaitable[Outcome]]
 
 
 class _Outage(Exception):
-    """The executor's own database call lost its connection (or, for the claim, a
-    deadlock)."""
+    """The executor's own database call lost its connection, or (the claim, a deferral)
+    its transaction lost a deadlock."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
