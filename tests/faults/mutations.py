@@ -52,7 +52,6 @@ REQUESTS = "tests/recovery/test_requests.py"
 GITHUB_LOCKS = "services/github-worker/src/san_github_worker/locks.py"
 EVENT_HUB = "services/api/src/san_api/job_events/hub.py"
 CONSUMER = "libs/common/src/san_common/worker/consumer.py"
-REGISTRATION = "libs/common/src/san_common/jobs/registration.py"
 JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_per_statement.py"
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
@@ -479,11 +478,12 @@ MUTATIONS = (
     ),
     Mutation(
         "registration-pools-a-dead-connection",
-        "`register_job` lets a connection that died under its statement go back to the pool "
-        "(SQLAlchemy never saw the error: the next registration fails on it)",
+        "a statement on the driver (`register_job`, the claim) lets a connection that died "
+        "under it go back to the pool (SQLAlchemy never saw the error: the next statement "
+        "fails on it)",
         (
             Edit(
-                REGISTRATION,
+                ENGINE,
                 "                await connection.invalidate(exc)\n",
                 "                pass\n",
             ),
@@ -492,6 +492,19 @@ MUTATIONS = (
             "tests/faults/test_registration.py::"
             "test_a_connection_lost_mid_registration_is_not_pooled_again",
         ),
+    ),
+    Mutation(
+        "driver-statement-keeps-silent-pool",
+        "a claim on the driver that timed out on a silent server replaces its own connection "
+        "only: every other pooled connection costs the next claims one timeout each",
+        (
+            Edit(
+                ENGINE,
+                "                engine.sync_engine.pool._invalidate(pooled, exc)\n",
+                "                pass\n",
+            ),
+        ),
+        (f"{TIMEOUTS}::test_a_claim_that_meets_a_silent_server_replaces_the_pool_too",),
     ),
     Mutation(
         "relay-rounds-unspaced",

@@ -9,15 +9,20 @@ processes)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from san_common.db.engine import create_engine
+from san_common.db.engine import create_engine, create_session_factory
 from san_common.errors import is_connection_loss
+from san_common.jobs.registration import register_job
+from san_common.jobs.types import JobType
 from san_common.worker.settings import WorkerSettings
+from san_common.worker.store import Claim, SqlJobStore
 from san_recovery.settings import RecoverySettings
 from san_relay.settings import RelaySettings
 from tests.tcp_proxy import TcpProxy
@@ -78,6 +83,40 @@ async def test_after_one_silent_statement_the_pool_is_replaced_not_timed_out_one
             # the other two pooled connections went silent too: neither costs a timeout
             after = [await asyncio.wait_for(_pid(engine), 10 * TIMEOUT) for _ in range(3)]
             assert not opened & set(after), (opened, after)
+        finally:
+            await engine.dispose()
+
+
+async def test_a_claim_that_meets_a_silent_server_replaces_the_pool_too(
+    db_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """The claim runs on the connection's asyncpg driver, where SQLAlchemy never sees its
+    timeout (`db.engine.driver_connection` does what SQLAlchemy would)."""
+    jobs = [
+        await register_job(
+            sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=uuid.uuid4()
+        )
+        for _ in range(4)
+    ]
+    lease = timedelta(seconds=30)
+    with TcpProxy(db_url) as proxy:
+        engine = _worker_engine(proxy.url)
+        store = SqlJobStore(create_session_factory(engine))
+        try:
+            opened = set(await asyncio.gather(*(_pid(engine) for _ in range(3))))
+            assert len(opened) == 3
+            proxy.strand()
+            with pytest.raises(TimeoutError) as silent:
+                await asyncio.wait_for(
+                    store.claim(jobs[0].job_id, "w-silent", lease, reclaim_own=False), 10 * TIMEOUT
+                )
+            assert is_connection_loss(silent.value)  # the executor's outage path
+            # the other two pooled connections went silent too: no claim waits on them
+            for job in jobs[1:]:
+                claimed = await asyncio.wait_for(
+                    store.claim(job.job_id, "w-silent", lease, reclaim_own=False), 10 * TIMEOUT
+                )
+                assert isinstance(claimed, Claim)
         finally:
             await engine.dispose()
 

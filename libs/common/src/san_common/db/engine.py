@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
 from sqlalchemy import event
 from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import (
@@ -10,6 +14,11 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+from san_common.errors import is_connection_loss
+
+if TYPE_CHECKING:
+    import asyncpg
 
 
 def async_url(url: str) -> str:
@@ -96,6 +105,30 @@ def _silence_is_a_disconnect(context: ExceptionContext) -> None:
     if isinstance(context.original_exception, TimeoutError):
         context.is_disconnect = True
         context.invalidate_pool_on_disconnect = True
+
+
+@asynccontextmanager
+async def driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection's asyncpg driver, in autocommit, for a hot path's one statement
+    run without SQLAlchemy's execution path (half of a lone claim's time went to that path:
+    docs/performance.md).
+
+    SQLAlchemy never sees what such a statement raises, so what it would do is done here:
+    a connection lost under the statement is not pooled again, and a statement the server
+    did not answer in time replaces the whole pool, as `_silence_is_a_disconnect` has it
+    do for its own statements (the pooled connections went silent with that one)."""
+    async with engine.connect() as connection:
+        pooled = await connection.get_raw_connection()
+        try:
+            yield pooled.driver_connection
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                # SQLAlchemy's own call for a disconnect that invalidates the pool: every
+                # connection opened before now is replaced at its next checkout
+                engine.sync_engine.pool._invalidate(pooled, exc)
+            if is_connection_loss(exc):
+                await connection.invalidate(exc)
+            raise
 
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

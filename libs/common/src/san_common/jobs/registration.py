@@ -17,8 +17,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from san_common import metrics
-from san_common.db.engine import bound_engine
-from san_common.errors import is_connection_loss
+from san_common.db.engine import bound_engine, driver_connection
 from san_common.jobs import registry
 from san_common.jobs.envelope import JobMessage
 from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
@@ -144,16 +143,8 @@ async def register_job(
     # One statement is the whole registration: atomic without a transaction around it, so
     # it runs on the pooled connection's asyncpg driver in autocommit, without SQLAlchemy's
     # execution path (a third of the registration's CPU, docs/performance.md).
-    async with bound_engine(session_factory).connect() as connection:
-        raw = await connection.get_raw_connection()
-        try:
-            registered = await _insert_on(
-                raw.driver_connection, job_type, target_id, user_id, attempt
-            )
-        except Exception as exc:
-            if is_connection_loss(exc):  # SQLAlchemy did not see it: keep it out of the pool
-                await connection.invalidate(exc)
-            raise
+    async with driver_connection(bound_engine(session_factory)) as connection:
+        registered = await _insert_on(connection, job_type, target_id, user_id, attempt)
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
 

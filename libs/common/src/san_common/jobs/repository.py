@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+import asyncpg
 from sqlalchemy import Update, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import configure_mappers
@@ -216,7 +217,7 @@ class Claimed:
 
 
 async def claim_batch(
-    connection: AsyncConnection,
+    connection: AsyncConnection | asyncpg.Connection,
     job_ids: Sequence[uuid.UUID],
     worker_id: str,
     lease: timedelta,
@@ -227,16 +228,21 @@ async def claim_batch(
     PROCESSING, or take over a PROCESSING job whose lease expired (or, with `reclaim_own`,
     that `worker_id` itself holds and knows it no longer runs). `tries` goes up by one: the
     new try's fencing token. The statement is atomic by itself: an autocommit connection
-    needs no transaction around it.
+    needs no transaction around it. The worker runs it on the driver (`asyncpg.Connection`,
+    `db.engine.driver_connection`); a caller inside a session's transaction passes its
+    SQLAlchemy connection.
 
     For each job id: its `Claimed`, else its state (why not: done, held under a live lease,
     waiting for its next try), else None (unknown job)."""
-    result = await connection.exec_driver_sql(
-        _with_mirrors(_CLAIM_BATCH, "claimed", _PROCESSING),
-        (list(job_ids), worker_id, lease.total_seconds(), reclaim_own),
-    )
+    statement = _with_mirrors(_CLAIM_BATCH, "claimed", _PROCESSING)
+    params = (list(job_ids), worker_id, lease.total_seconds(), reclaim_own)
+    rows: Sequence[Mapping[Any, Any]]
+    if isinstance(connection, AsyncConnection):
+        rows = (await connection.exec_driver_sql(statement, params)).mappings().all()
+    else:
+        rows = await connection.fetch(statement, *params)
     found: dict[uuid.UUID, Claimed | JobState | None] = {}
-    for row in result.mappings():
+    for row in rows:
         if row["job_id"] is not None:
             values = {key: row[key] for key in _JOB_COLUMNS}
             if isinstance(values["checkpoint"], str):  # jsonb, as the driver hands it over

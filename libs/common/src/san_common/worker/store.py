@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql import Executable
 
-from san_common.db.engine import bound_engine
+from san_common.db.engine import bound_engine, driver_connection
 from san_common.errors import is_connection_loss, is_contention
 from san_common.jobs import registry
 from san_common.jobs import repository as jobs
@@ -165,9 +165,9 @@ class SqlJobStore:
 
     async def _claim_batch(self, asks: Sequence[_ClaimAsk]) -> list[Claim | JobState | None]:
         found: dict[uuid.UUID, Claim | JobState | None] = {}
-        # One statement is the whole claim (mirrors included): no transaction around it.
-        async with self._engine.connect() as connection:
-            connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+        # One statement is the whole claim (mirrors included): no transaction around it,
+        # and run on the driver.
+        async with driver_connection(self._engine) as connection:
             # One statement per kind of ask (in practice one: a worker asks alike).
             for (worker_id, lease, reclaim_own), ids in _grouped(asks).items():
                 got = await jobs.claim_batch(
