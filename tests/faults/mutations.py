@@ -648,10 +648,14 @@ MUTATIONS = (
         "silent-pool-kept",
         "a timed-out statement discards its own connection only, not the silent pool",
         (Edit(ENGINE, "        context.invalidate_pool_on_disconnect = True\n", ""),),
-        tuple(
-            f"{TIMEOUTS}::test_after_one_silent_statement_the_pool_is_replaced_not_timed_out_one"
-            f"_by_one[{engine}]"
-            for engine in ("worker", "relay")
+        (
+            *(
+                f"{TIMEOUTS}::test_after_one_silent_statement_the_pool_is_replaced_not_timed_out"
+                f"_one_by_one[{engine}]"
+                for engine in ("worker", "relay")
+            ),
+            f"{TIMEOUTS}::test_a_completion_batch_that_meets_a_silent_server_is_an_outage_and"
+            "_replaces_the_pool",
         ),
     ),
     Mutation(

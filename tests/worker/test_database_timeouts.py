@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.errors import is_connection_loss
 from san_common.jobs.registration import register_job
@@ -142,3 +143,43 @@ async def test_a_transaction_its_client_stopped_driving_is_ended_by_the_server(
     finally:
         await engine.dispose()
         await other.dispose()
+
+
+async def test_a_completion_batch_that_meets_a_silent_server_is_an_outage_and_replaces_the_pool(
+    db_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """A completion batch is one transaction on a session (`SqlJobStore._finish_together`):
+    a silent server fails it as an outage (the executor gives its jobs back, it does not
+    fail them), and the next batch runs on new connections, not on the silent pool."""
+    jobs = [
+        await register_job(
+            sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=uuid.uuid4()
+        )
+        for _ in range(4)
+    ]
+    handler = ScrapRefineHandler(ai=None)  # type: ignore[arg-type]  # its write calls no AI
+    with TcpProxy(db_url) as proxy:
+        engine = _worker_engine(proxy.url)
+        store = SqlJobStore(create_session_factory(engine))
+        try:
+            claims = [
+                await store.claim(job.job_id, "w-silent", timedelta(seconds=30), reclaim_own=False)
+                for job in jobs
+            ]
+            assert all(isinstance(c, Claim) for c in claims)
+            opened = set(await asyncio.gather(*(_pid(engine) for _ in range(3))))
+            assert len(opened) == 3
+            proxy.strand()
+            finished = await asyncio.wait_for(
+                asyncio.gather(
+                    *(store.finish(c, handler, "r") for c in claims[:2]), return_exceptions=True
+                ),
+                10 * TIMEOUT,
+            )
+            assert all(isinstance(f, Exception) and is_connection_loss(f) for f in finished)
+            done = await asyncio.wait_for(
+                asyncio.gather(*(store.finish(c, handler, "r") for c in claims[2:])), 10 * TIMEOUT
+            )
+            assert done == [True, True]
+        finally:
+            await engine.dispose()
