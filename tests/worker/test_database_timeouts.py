@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.errors import is_connection_loss
-from san_common.jobs.registration import register_job
+from san_common.jobs.registration import RegisteredJob, register_job
 from san_common.jobs.types import JobType
 from san_common.worker.settings import WorkerSettings
 from san_common.worker.store import Claim, SqlJobStore
@@ -67,6 +67,17 @@ async def _pid(engine: AsyncEngine) -> int:
         return int(await connection.scalar(text("SELECT pg_backend_pid()")))
 
 
+async def _registered(
+    sessions: async_sessionmaker[AsyncSession], count: int
+) -> list[RegisteredJob]:
+    return [
+        await register_job(
+            sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=uuid.uuid4()
+        )
+        for _ in range(count)
+    ]
+
+
 @ENGINES
 async def test_after_one_silent_statement_the_pool_is_replaced_not_timed_out_one_by_one(
     db_url: str, build: Callable[[str], AsyncEngine]
@@ -93,12 +104,7 @@ async def test_a_claim_that_meets_a_silent_server_replaces_the_pool_too(
 ) -> None:
     """The claim runs on the connection's asyncpg driver, where SQLAlchemy never sees its
     timeout (`db.engine.driver_connection` does what SQLAlchemy would)."""
-    jobs = [
-        await register_job(
-            sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=uuid.uuid4()
-        )
-        for _ in range(4)
-    ]
+    jobs = await _registered(sessions, 4)
     lease = timedelta(seconds=30)
     with TcpProxy(db_url) as proxy:
         engine = _worker_engine(proxy.url)
@@ -151,12 +157,7 @@ async def test_a_completion_batch_that_meets_a_silent_server_is_an_outage_and_re
     """A completion batch is one transaction on a session (`SqlJobStore._finish_together`):
     a silent server fails it as an outage (the executor gives its jobs back, it does not
     fail them), and the next batch runs on new connections, not on the silent pool."""
-    jobs = [
-        await register_job(
-            sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=uuid.uuid4()
-        )
-        for _ in range(4)
-    ]
+    jobs = await _registered(sessions, 4)
     handler = ScrapRefineHandler(ai=None)  # type: ignore[arg-type]  # its write calls no AI
     with TcpProxy(db_url) as proxy:
         engine = _worker_engine(proxy.url)
