@@ -4,6 +4,7 @@ prefetch 10, results ignored."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ def make_app(database_url: str, amqp_url: str) -> Celery:
     app = Celery("bench", broker=amqp_url)
     app.conf.update(
         task_acks_late=True,
-        worker_prefetch_multiplier=10,
+        worker_prefetch_multiplier=int(os.environ.get("BENCH_CELERY_PREFETCH", "10")),
         task_ignore_result=True,
         task_default_queue=QUEUE,
         broker_connection_retry_on_startup=True,

@@ -68,7 +68,7 @@ class DramatiqPeer:
                 "--processes",
                 "1",
                 "--threads",
-                "8",
+                os.environ.get("BENCH_DRAMATIQ_THREADS", "8"),
                 self.module,
             ],
             env={

@@ -1,9 +1,10 @@
-"""pgqueuer (PostgreSQL): one worker process (`QueueManager.run`, batch size 10),
-LISTEN/NOTIFY on (its default)."""
+"""pgqueuer (PostgreSQL): one worker process (`QueueManager.run`, batch size 10, or
+`BENCH_PGQUEUER_BATCH`), LISTEN/NOTIFY on (its default)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import time
 import uuid
@@ -57,7 +58,11 @@ class PgqueuerPeer:
     def worker_main(self) -> None:
         async def main() -> None:
             connection = await asyncpg.connect(self.database_url)
-            pool = await asyncpg.create_pool(self.database_url, min_size=2, max_size=10)
+            batch_size = int(os.environ.get("BENCH_PGQUEUER_BATCH", "10"))
+            # the jobs of a batch run at once, each on a connection of this pool
+            pool = await asyncpg.create_pool(
+                self.database_url, min_size=min(2, batch_size), max_size=batch_size
+            )
             manager = QueueManager(Queries(AsyncpgDriver(connection)))
 
             @manager.entrypoint(ENTRYPOINT)
@@ -66,7 +71,7 @@ class PgqueuerPeer:
                 assert job.payload is not None
                 await pool.execute(NOOP_UPDATE, uuid.UUID(bytes=job.payload), entered)
 
-            await manager.run(batch_size=10)
+            await manager.run(batch_size=batch_size)
 
         asyncio.run(main())
 
