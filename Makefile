@@ -32,8 +32,10 @@ setup: $(UV_BOOTSTRAP)
 
 # What running needs and nothing more: no dev group (test and lint tools). --inexact keeps
 # the dev tools of an existing `make setup` environment instead of uninstalling them.
+# Quiet: a failed start's one line is then the only line on stderr (uv still prints errors).
 run-env: $(UV_BOOTSTRAP)
-	$(UV) sync --frozen --no-dev --inexact
+	@echo "run: installing what running needs (uv sync --frozen --no-dev)"
+	@$(UV) sync --frozen --no-dev --inexact --quiet
 
 run: run-env
 	$(UV) run --frozen --no-sync python dev/run_local.py

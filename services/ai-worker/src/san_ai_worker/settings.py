@@ -5,6 +5,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from san_common.github.settings import GithubAccessSettings
+from san_common.settings import HttpUrl
 from san_common.worker.settings import WorkerSettings
 
 
@@ -15,7 +16,7 @@ class AiWorkerSettings(WorkerSettings, GithubAccessSettings):
 
     service_name: str = "ai-worker"
     ai_provider: Literal["openai", "local"] = "local"
-    ai_base_url: str = "https://api.openai.com/v1"
+    ai_base_url: HttpUrl = "https://api.openai.com/v1"
     ai_api_key: str = Field(default="", repr=False)
     ai_chat_model: str = "gpt-4o-mini"
     ai_embedding_model: str = "text-embedding-3-small"
