@@ -1,5 +1,5 @@
-"""An OpenAPI description that tells the truth (SPEC §6): every operation lists the
-problem+json answers it can give, with one shared `Problem` schema.
+"""An OpenAPI description that tells the truth (docs/reference/job-rules.md §6): every operation
+lists the problem+json answers it can give, with one shared `Problem` schema.
 
 Two sources, merged per status code:
 - what the route declares about its own domain errors: `responses=problems(NotFound, …)`;
