@@ -33,7 +33,7 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
-EDGE = "services/api/src/san_api/edge.py"
+COMPAT = "libs/common/src/san_common/compat.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
@@ -315,8 +315,8 @@ MUTATIONS = (
         "edge-no-head-limit",
         "the API's request-head limit removed (httptools buffers any header)",
         (
-            Edit(EDGE, 'raise ValueError("request head too large")', "pass"),
-            Edit(EDGE, 'self.send_400_response("Request headers too large.")', "pass"),
+            Edit(COMPAT, 'raise ValueError("request head too large")', "pass"),
+            Edit(COMPAT, 'self.send_400_response("Request headers too large.")', "pass"),
         ),
         (
             "tests/api/test_edge.py::"
@@ -403,7 +403,7 @@ MUTATIONS = (
         "claimed-job-unconfigured",
         "the claimed job is built before the mappers are configured (a fresh worker's first "
         "claims fail, read as a database outage, and are requeued)",
-        (Edit(LIFECYCLE, "    configure_mappers()\n", ""),),
+        (Edit(COMPAT, "        configure_mappers()\n", ""),),
         (
             "tests/worker/test_claimed_job.py::"
             "test_a_fresh_process_reads_the_job_of_its_first_claim",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -30,9 +30,8 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import configure_mappers
-from sqlalchemy.orm.instrumentation import manager_of_class
 
+from san_common.compat import new_orm_instance
 from san_common.errors import MAX_ERROR_MESSAGE
 from san_common.jobs import outbox, registry
 from san_common.jobs.types import JobStatus
@@ -423,22 +422,9 @@ _JOB_COLUMNS = tuple(c.key for c in AsyncJob.__table__.columns)
 
 
 def _job(values: dict[str, Any]) -> AsyncJob:
-    """A claimed job as the handlers read it: a transient `AsyncJob` holding every column.
-    Built the way the ORM builds the rows it loads (an instance without `__init__`, its
-    values set in its `__dict__`), not through the constructor, whose attribute events
-    cost ~4–5 % of a drained job's worker CPU; nothing adds it to a session."""
-    job: AsyncJob = _new_job()()
-    job.__dict__.update(values)
-    return job
-
-
-@functools.cache
-def _new_job() -> Callable[[], Any]:
-    # The constructor's first call configures the mappers; `new_instance` does not, and
-    # an attribute of an unconfigured mapper cannot be read. A fresh worker process may
-    # claim before anything else touched the ORM.
-    configure_mappers()
-    return manager_of_class(AsyncJob).new_instance
+    """A claimed job as the handlers read it: a transient `AsyncJob` holding every column,
+    built without the constructor's attribute events (`compat.new_orm_instance`)."""
+    return new_orm_instance(AsyncJob, values)
 
 
 @dataclass(frozen=True)
@@ -680,7 +666,9 @@ async def give_up(
     return bool(rows)
 
 
-async def follow_up(session: AsyncSession, job_id: uuid.UUID, register: Callable[[], Any]) -> bool:
+async def follow_up(
+    session: AsyncSession, job_id: uuid.UUID, register: Callable[[], Awaitable[object]]
+) -> bool:
     """The failed sweep's re-registration of a FAILED job: `register()` (which adds the new
     job) runs only while the job is still FAILED and no newer job of its target and type
     exists, checked under the job's row lock — the rule `retry` checks under the same lock,
