@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import uuid
-from importlib import resources
 from datetime import datetime
 from functools import lru_cache
+from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
