@@ -1,5 +1,5 @@
-"""Bearer-token authentication (SPEC §4, §8): every failure is a 401 problem with
-`WWW-Authenticate: Bearer` and provisions nothing; a valid token provisions its user once."""
+"""Bearer-token authentication (docs/reference/job-rules.md §4, §8): every failure is a 401 problem
+with `WWW-Authenticate: Bearer` and provisions nothing; a valid token provisions its user once."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
-EDGE = "services/api/src/san_api/edge.py"
+COMPAT = "libs/common/src/san_common/compat.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
@@ -314,8 +314,8 @@ MUTATIONS = (
         "edge-no-head-limit",
         "the API's request-head limit removed (httptools buffers any header)",
         (
-            Edit(EDGE, 'raise ValueError("request head too large")', "pass"),
-            Edit(EDGE, 'self.send_400_response("Request headers too large.")', "pass"),
+            Edit(COMPAT, 'raise ValueError("request head too large")', "pass"),
+            Edit(COMPAT, 'self.send_400_response("Request headers too large.")', "pass"),
         ),
         (
             "tests/api/test_edge.py::"

@@ -1,6 +1,6 @@
-"""TIL_GENERATION and RECALL_QUIZ_GENERATION in the ai-worker (SPEC §3.2, §3.4): what is
-stored on success, and that a failure leaves the job and its domain row FAILED with the
-cause chain and nothing half-written."""
+"""TIL_GENERATION and RECALL_QUIZ_GENERATION in the ai-worker (docs/reference/job-rules.md §3.2,
+§3.4): what is stored on success, and that a failure leaves the job and its domain row FAILED with
+the cause chain and nothing half-written."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ async def test_til_is_written_from_the_users_day_and_regenerating_replaces_it(
     sessions, marker = worker.sessions, uuid.uuid4().hex[:8]
     day = days_ago(3)
     user, stranger = await make_user(sessions, "Asia/Seoul"), await make_user(sessions)
-    # The user's day runs from 00:00 to 24:00 in Seoul (15:00 UTC the day before to 15:00).
+    # The user's day runs from 00:00 to 24:00 in Seoul (15:00Z the day before to 15:00).
     first = await add_card(sessions, user, _seoul(day, 0, 10), title=f"Rust ownership {marker}")
     second = await add_card(
         sessions,

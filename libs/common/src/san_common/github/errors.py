@@ -1,4 +1,5 @@
-"""How a GitHub answer is classified (SPEC §2.5): what retrying can fix and what it cannot.
+"""How a GitHub answer is classified (docs/reference/job-rules.md §2.5): what retrying can fix and
+what it cannot.
 
 The classes extend the worker errors, so a job handler lets them propagate and the runtime
 does the right thing; the API maps them to problem+json. Messages name the method, path and

@@ -1,5 +1,5 @@
-"""Bearer JWTs (SPEC §8): HS256 with `AUTH_JWT_SECRET`, or RS256/ES256 from an external
-identity provider's JWKS (a URL or a file). Every token must carry `exp`, and live no
+"""Bearer JWTs (docs/reference/job-rules.md §8): HS256 with `AUTH_JWT_SECRET`, or RS256/ES256 from
+an external identity provider's JWKS (a URL or a file). Every token must carry `exp`, and live no
 longer than `AUTH_JWT_MAX_LIFETIME_SECONDS`; `iss` and `aud` are checked when configured.
 """
 
@@ -18,7 +18,8 @@ from san_api.settings import ApiSettings
 
 ALGORITHM = "HS256"
 MAX_SUBJECT_LENGTH = 255
-# The operator console's role (SPEC §2.6b): `role: operator` or `roles: [..., "operator"]`.
+# The operator console's role (docs/reference/job-rules.md §2.6b): `role: operator` or `roles: [...,
+# "operator"]`.
 OPERATOR_ROLE = "operator"
 
 

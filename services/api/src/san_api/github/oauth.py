@@ -1,4 +1,4 @@
-"""The OAuth web flow (SPEC §4), bound to the user who started it.
+"""The OAuth web flow (docs/reference/job-rules.md §4), bound to the user who started it.
 
 An unguessable single-use `state` names the user who started the flow; PKCE (S256) proves
 the code is exchanged by whoever asked for it. Only the state's SHA-256 is stored, with the
