@@ -39,6 +39,7 @@ GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
+TOKENS = "services/api/src/san_api/auth/tokens.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
@@ -812,6 +813,37 @@ MUTATIONS = (
         (
             f"{LIFECYCLE_TESTS}::test_every_transition_moves_the_job_its_try_its_event_and_its"
             "_mirror[PROCESSING-give_up-FAILED]",
+        ),
+    ),
+    # -- security (issue 36) ------------------------------------------------------------------
+    Mutation(
+        "mirror-carries-the-cause-chain",
+        "a failed job's target row (read by its owner) gets the full cause chain again",
+        (
+            Edit(
+                LIFECYCLE,
+                "await _mirror_error(session, job_type, target_id, _FAILED, summary)",
+                "await _mirror_error(session, job_type, target_id, _FAILED, message)",
+            ),
+        ),
+        (
+            "tests/api/test_error_summaries.py::test_no_user_facing_answer_shows_the_upstream"
+            "_text_and_the_operator_sees_it_redacted",
+        ),
+    ),
+    Mutation(
+        "token-time-claims-untyped",
+        "a signed token's exp/nbf/iat are not type-checked (pyjwt takes digit strings)",
+        (
+            Edit(
+                TOKENS,
+                "                if not _is_number(value):\n",
+                "                if False:\n",
+            ),
+        ),
+        (
+            "tests/api/test_auth.py::test_a_signed_token_with_a_mistyped_time_claim_is_401_with"
+            "_the_reason",
         ),
     ),
 )

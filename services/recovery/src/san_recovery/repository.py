@@ -73,6 +73,7 @@ class JobRow:
     started_at: datetime | None
     lease_expires_at: datetime | None
     worker_id: str | None
+    error_summary: str | None  # the sanitized one its owner sees (san_common.errors.summarize)
 
 
 _JOB_COLUMNS = (
@@ -87,6 +88,7 @@ _JOB_COLUMNS = (
     AsyncJob.started_at,
     AsyncJob.lease_expires_at,
     AsyncJob.worker_id,
+    AsyncJob.error_summary,
 )
 
 

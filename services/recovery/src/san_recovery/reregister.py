@@ -63,9 +63,23 @@ async def retry_or_give_up(
         return Outcome.REGISTERED if followed else Outcome.SKIPPED
 
     message = f"{GAVE_UP_PREFIX} {why_not}: {ghost or job.error_message or 'no error recorded'}"
-    if not await lifecycle.give_up(session, job.job_id, from_status=job.status, message=message):
+    if not await lifecycle.give_up(
+        session,
+        job.job_id,
+        from_status=job.status,
+        message=message,
+        owner_message=_owner_message(job, why_not, ghost),
+    ):
         return Outcome.SKIPPED
     return Outcome.GIVEN_UP
+
+
+def _owner_message(job: JobRow, why_not: str, ghost: str | None) -> str:
+    """What the target row's owner reads: why recovery stopped and the last try's sanitized
+    summary — never the cause chain or a ghost's worker (host) name, which the job's
+    `error_message` keeps for operators."""
+    last = "its worker or its message was lost" if ghost is not None else job.error_summary
+    return f"{GAVE_UP_PREFIX} {why_not}" + (f": {last}" if last else "")
 
 
 async def _why_not_retry(session: AsyncSession, job: JobRow, policy: Policy) -> str | None:

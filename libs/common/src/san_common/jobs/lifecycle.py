@@ -541,12 +541,13 @@ async def complete(session: AsyncSession, job_id: uuid.UUID, try_no: int) -> boo
 async def fail(
     session: AsyncSession, job_id: uuid.UUID, try_no: int, message: str, summary: str
 ) -> bool:
-    """FAIL: PROCESSING → FAILED with the cause chain, only while try `try_no` holds the
-    job; its target row's mirror FAILED with the same message."""
+    """FAIL: PROCESSING → FAILED with the cause chain (`message`, for operators), only
+    while try `try_no` holds the job; its target row's mirror FAILED with `summary`: the
+    row is its owner's to read, so it gets the sanitized summary, never the chain."""
     message = message[:MAX_ERROR_MESSAGE]
     rows = await _run(session, _FAIL, job_id, try_no, message, summary)
     for job_type, target_id in rows:
-        await _mirror_error(session, job_type, target_id, _FAILED, message)
+        await _mirror_error(session, job_type, target_id, _FAILED, summary)
     return bool(rows)
 
 
@@ -653,16 +654,22 @@ async def revive(
 
 
 async def give_up(
-    session: AsyncSession, job_id: uuid.UUID, *, from_status: str, message: str
+    session: AsyncSession,
+    job_id: uuid.UUID,
+    *,
+    from_status: str,
+    message: str,
+    owner_message: str,
 ) -> bool:
     """GIVE_UP: recovery stops retrying. A ghost (PENDING or PROCESSING) ends FAILED with
     its open try `lease_lost`; a FAILED job gets `message` (the failed sweep then leaves
-    it). Its target row's mirror ends FAILED, never stuck PROCESSING. Only while the job is
-    still in `from_status`."""
+    it). Its target row's mirror ends FAILED, never stuck PROCESSING, with `owner_message`
+    (its owner reads that row: sanitized, no cause chain). Only while the job is still in
+    `from_status`."""
     message = message[:MAX_ERROR_MESSAGE]
     rows = await _run(session, _GIVE_UP, job_id, from_status, message)
     for job_type, target_id in rows:
-        await _mirror_error(session, job_type, target_id, _FAILED, message)
+        await _mirror_error(session, job_type, target_id, _FAILED, owner_message)
     return bool(rows)
 
 
@@ -721,12 +728,18 @@ async def count_superseded(session: AsyncSession, *, since: datetime) -> int:
     return int(count)
 
 
-async def cancel(session: AsyncSession, job_ids: Sequence[uuid.UUID], reason: str) -> int:
+async def cancel(
+    session: AsyncSession,
+    job_ids: Sequence[uuid.UUID],
+    reason: str,
+    owner_message: str = "cancelled by an operator",
+) -> int:
     """CANCEL: PENDING (including waiting for a retry) → CANCELLED, terminal; a worker
-    never claims it. Its target row's mirror ends FAILED with `reason`. Returns how many."""
+    never claims it; `reason` is kept for operators. Its target row's mirror ends FAILED
+    with `owner_message`, what the row's owner may read. Returns how many."""
     if not job_ids:
         return 0
     rows = await _run(session, _CANCEL, list(job_ids), reason[:MAX_ERROR_MESSAGE])
     for _, job_type, target_id in rows:
-        await _mirror_error(session, job_type, target_id, _FAILED, reason)
+        await _mirror_error(session, job_type, target_id, _FAILED, owner_message)
     return len(rows)
