@@ -162,7 +162,11 @@ def _give_up(from_status: JobStatus) -> Scenario:
             await _failed(db, job)
         async with db() as session, session.begin():
             assert await lifecycle.give_up(
-                session, job.job_id, from_status=from_status, message="recovery gave up"
+                session,
+                job.job_id,
+                from_status=from_status,
+                message="recovery gave up: ghost job: worker host-1 died",
+                owner_message="recovery gave up: its worker was lost",
             )
 
     return scenario
@@ -260,7 +264,11 @@ async def test_the_tries_a_transition_ends_carry_its_outcome(db: Sessions) -> No
     try_no = await _claim(db, job)
     async with db() as session, session.begin():
         assert await lifecycle.give_up(
-            session, job.job_id, from_status=R, message="recovery gave up (after 3 attempts)"
+            session,
+            job.job_id,
+            from_status=R,
+            message="recovery gave up (after 3 attempts)",
+            owner_message="recovery gave up",
         )
     async with db() as session:
         tries = (
