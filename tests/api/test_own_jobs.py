@@ -99,3 +99,48 @@ async def test_a_bad_filter_or_cursor_is_a_400_problem(
     ):
         response = await api.get("/async-jobs", params=params, headers=alice)
         assert_problem(response, 400, "VALIDATION_ERROR")
+
+
+async def test_a_user_cancels_their_own_pending_job_and_only_theirs(
+    api: httpx.AsyncClient, new_user: Callable[[], dict[str, str]]
+) -> None:
+    alice, bob = new_user(), new_user()
+    saved = await save_scrap(api, alice)
+    job_id = saved["analysisJobId"]
+
+    assert_problem(await api.delete(f"/async-jobs/{job_id}", headers=bob), 404, "NOT_FOUND")
+    still = await api.get(f"/async-jobs/{job_id}", headers=alice)
+    assert still.json()["status"] == "PENDING", "another user's cancel changed nothing"
+    unknown = await api.delete(f"/async-jobs/{uuid.uuid4()}", headers=alice)
+    assert_problem(unknown, 404, "NOT_FOUND")
+
+    cancelled = await api.delete(f"/async-jobs/{job_id}", headers=alice)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "CANCELLED"
+    assert (await api.get(f"/async-jobs/{job_id}", headers=alice)).json()["status"] == "CANCELLED"
+    listed = await _list(api, alice, status="CANCELLED")
+    assert [job["jobId"] for job in listed["items"]] == [job_id]
+    sibling = await api.get(f"/async-jobs/{saved['refineJobId']}", headers=alice)
+    assert sibling.json()["status"] == "PENDING", "only the job asked for"
+
+
+async def test_cancelling_a_job_that_is_not_pending_is_a_409_problem(
+    api: httpx.AsyncClient, sessions: Sessions, new_user: Callable[[], dict[str, str]]
+) -> None:
+    alice = new_user()
+    saved = await save_scrap(api, alice)
+    job_id = saved["analysisJobId"]
+    assert (await api.delete(f"/async-jobs/{job_id}", headers=alice)).status_code == 200
+    again = assert_problem(
+        await api.delete(f"/async-jobs/{job_id}", headers=alice), 409, "CONFLICT"
+    )
+    assert "CANCELLED" in again["detail"]
+
+    failed_id = saved["refineJobId"]
+    async with sessions() as session, session.begin():
+        await session.execute(
+            update(AsyncJob).where(AsyncJob.job_id == uuid.UUID(failed_id)).values(status="FAILED")
+        )
+    refused = await api.delete(f"/async-jobs/{failed_id}", headers=alice)
+    assert "FAILED" in assert_problem(refused, 409, "CONFLICT")["detail"]
+    assert (await api.get(f"/async-jobs/{failed_id}", headers=alice)).json()["status"] == "FAILED"
