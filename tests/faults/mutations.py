@@ -500,7 +500,7 @@ MUTATIONS = (
         (
             Edit(
                 ENGINE,
-                "                engine.sync_engine.pool._invalidate(pooled, exc)\n",
+                "                _SilentServer.of(engine.sync_engine).heard()\n",
                 "                pass\n",
             ),
         ),
