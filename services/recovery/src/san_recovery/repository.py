@@ -73,6 +73,7 @@ class JobRow:
     started_at: datetime | None
     lease_expires_at: datetime | None
     worker_id: str | None
+    error_summary: str | None  # the sanitized one its owner sees (san_common.errors.summarize)
 
 
 _JOB_COLUMNS = (
@@ -87,6 +88,7 @@ _JOB_COLUMNS = (
     AsyncJob.started_at,
     AsyncJob.lease_expires_at,
     AsyncJob.worker_id,
+    AsyncJob.error_summary,
 )
 
 
@@ -154,32 +156,6 @@ async def failed_candidates(session: AsyncSession, *, limit: int) -> list[JobRow
     )
 
 
-async def fail_job(
-    session: AsyncSession, job_id: uuid.UUID, *, from_status: str, message: str
-) -> bool:
-    """Conditional: only while the job is still in the status the sweep saw."""
-    result = await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, AsyncJob.status == from_status)
-        .values(
-            status=_FAILED,
-            error_message=message[:MAX_ERROR_MESSAGE],
-            finished_at=func.now(),
-            updated_at=func.now(),
-            lease_expires_at=None,
-        )
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-async def mark_given_up(session: AsyncSession, job_id: uuid.UUID, message: str) -> None:
-    await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, AsyncJob.status == _FAILED)
-        .values(error_message=message[:MAX_ERROR_MESSAGE], updated_at=func.now())
-    )
-
-
 # -- targets ----------------------------------------------------------------------------------
 
 
@@ -230,22 +206,6 @@ async def _commit_state(session: AsyncSession, commit_id: uuid.UUID) -> TargetSt
         )
     )
     return TargetState.SUPERSEDED if sibling else TargetState.OPEN
-
-
-async def reset_mirror(session: AsyncSession, job_type: str, target_id: uuid.UUID) -> None:
-    """The target row of a re-registered job goes back to PENDING with its job."""
-    spec = registry.find(job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, target_id, _PENDING)
-
-
-async def fail_mirror(
-    session: AsyncSession, job_type: str, target_id: uuid.UUID, message: str
-) -> None:
-    """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING."""
-    spec = registry.find(job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, target_id, _FAILED, message)
 
 
 # -- scraps -----------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ class GithubNotFound(GithubPermanentError):
 class GithubTokenRejected(GithubPermanentError):
     """401: the token is revoked, expired or wrong. Only relinking helps."""
 
+    public_reason = RELINK_MESSAGE  # what its owner must do: fixed text, safe to show
+
     def __init__(self, detail: str = "") -> None:
         super().__init__(RELINK_MESSAGE + (f" ({detail})" if detail else ""), status=401)
 
