@@ -43,7 +43,9 @@ GITHUB_WORKER = "github-worker"
 TIL_USER_LOCK = "san.til:"
 
 # A condition on a job's target: given its id — a value, or a column to correlate with, as
-# recovery's scrap sweeps do — a boolean SQL expression.
+# recovery's scrap sweeps do — a boolean SQL expression. One that reads the target's own
+# table reads it through an alias, so that given that table's `id` column it still
+# correlates (otherwise the subquery's table is the outer one and `id = id` always holds).
 TargetId = uuid.UUID | ColumnExpressionArgument[uuid.UUID]
 Predicate = Callable[[TargetId], ColumnElement[bool]]
 
@@ -146,10 +148,6 @@ class UnknownJobType(LookupError):
         self.job_type = job_type
 
 
-def _row_completed(table: Table) -> Predicate:
-    return lambda target_id: exists().where(table.c.id == target_id, table.c.status == _COMPLETED)
-
-
 def _table(model: type[Base]) -> Table:
     return cast(Table, model.__table__)
 
@@ -158,6 +156,16 @@ _scraps = _table(Scrap)
 _summaries = _table(DailySummary)
 _generations = _table(RecallQuizGeneration)
 _commits = _table(TilGithubCommit)
+
+
+def _row_completed(table: Table) -> Predicate:
+    row = table.alias(f"done_{table.name}")  # given `table.c.id` itself, still correct
+    return lambda target_id: exists().where(row.c.id == target_id, row.c.status == _COMPLETED)
+
+
+def _refined(scrap_id: TargetId) -> ColumnElement[bool]:
+    scrap = _scraps.alias("refined")  # given `scraps.id` itself, still correct
+    return exists().where(scrap.c.id == scrap_id, scrap.c.refined_content.is_not(None))
 
 
 def _live_commit_of_the_same_content(commit_id: TargetId) -> ColumnElement[bool]:
@@ -185,9 +193,7 @@ _BUILT_IN = (
         job_type=JobType.SCRAP_REFINE,
         consumer=AI_WORKER,
         target=_scraps,
-        already_done=lambda target_id: exists().where(
-            Scrap.id == target_id, Scrap.refined_content.is_not(None)
-        ),
+        already_done=_refined,
     ),
     JobSpec(
         job_type=JobType.TIL_GENERATION,
