@@ -36,10 +36,13 @@ from san_common.models import (
 )
 from san_common.retry import RetryPolicy
 
+# The consuming services (docs/reference/job-rules.md §2.1): separate worker pools, so
+# GitHub slowness never starves AI jobs.
 AI_WORKER = "ai-worker"
 GITHUB_WORKER = "github-worker"
 
-# The advisory-lock namespace of "one active TIL_GENERATION job per user" (SPEC §3.2).
+# The advisory-lock namespace of "one active TIL_GENERATION job per user"
+# (docs/reference/job-rules.md §3.2).
 TIL_USER_LOCK = "san.til:"
 
 # A condition on a job's target: given its id — a value, or a column to correlate with, as
