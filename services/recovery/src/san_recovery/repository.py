@@ -155,32 +155,6 @@ async def failed_candidates(session: AsyncSession, *, limit: int) -> list[JobRow
     )
 
 
-async def fail_job(
-    session: AsyncSession, job_id: uuid.UUID, *, from_status: str, message: str
-) -> bool:
-    """Conditional: only while the job is still in the status the sweep saw."""
-    result = await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, AsyncJob.status == from_status)
-        .values(
-            status=_FAILED,
-            error_message=message[:MAX_ERROR_MESSAGE],
-            finished_at=func.now(),
-            updated_at=func.now(),
-            lease_expires_at=None,
-        )
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-async def mark_given_up(session: AsyncSession, job_id: uuid.UUID, message: str) -> None:
-    await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, AsyncJob.status == _FAILED)
-        .values(error_message=message[:MAX_ERROR_MESSAGE], updated_at=func.now())
-    )
-
-
 # -- targets ----------------------------------------------------------------------------------
 
 
@@ -206,23 +180,6 @@ async def target_state(session: AsyncSession, job_type: str, target_id: uuid.UUI
     if done:
         return TargetState.DONE
     return TargetState.SUPERSEDED if replaced else TargetState.OPEN
-
-
-async def reset_mirror(session: AsyncSession, job_type: str, target_id: uuid.UUID) -> None:
-    """The target row of a re-registered job goes back to PENDING with its job."""
-    spec = registry.find(job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, target_id, _PENDING)
-
-
-async def fail_mirror(
-    session: AsyncSession, job_type: str, target_id: uuid.UUID, message: str
-) -> None:
-    """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING.
-    Its owner reads that row: `message` must be a sanitized one (no cause chain)."""
-    spec = registry.find(job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, target_id, _FAILED, message)
 
 
 # -- scraps -----------------------------------------------------------------------------------

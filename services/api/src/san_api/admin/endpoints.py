@@ -215,10 +215,16 @@ async def cancel_job(jobId: uuid.UUID, session: SessionDep, operator: CurrentOpe
 @router.post("/jobs/bulk/preview", response_model=BulkPreview)
 async def bulk_preview(body: BulkIn, session: SessionDep, settings: SettingsDep) -> BulkPreview:
     """How many jobs a bulk retry / cancel with this filter would touch."""
-    count = await service.preview(
+    seen = await service.preview(
         session, body.action, to_filter(body.filter), settings.admin_bulk_limit
     )
-    return BulkPreview(action=body.action, count=count, limit=settings.admin_bulk_limit)
+    return BulkPreview(
+        action=body.action,
+        count=seen.count,
+        superseded=seen.superseded,
+        skipped=_skipped(seen),
+        limit=settings.admin_bulk_limit,
+    )
 
 
 @router.post("/jobs/bulk", response_model=BulkResult)
@@ -226,10 +232,21 @@ async def bulk_action(
     body: BulkIn, session: SessionDep, settings: SettingsDep, operator: CurrentOperator
 ) -> BulkResult:
     """Retry (FAILED) or cancel (PENDING) every job the filter matches (audited)."""
-    done, matched, audit_id = await service.bulk(
+    done, seen, audit_id = await service.bulk(
         session, operator, body.action, to_filter(body.filter), settings.admin_bulk_limit
     )
-    return BulkResult(action=body.action, count=done, matched=matched, auditId=audit_id)
+    return BulkResult(
+        action=body.action,
+        count=done,
+        matched=seen.matched,
+        superseded=seen.superseded,
+        skipped=_skipped(seen),
+        auditId=audit_id,
+    )
+
+
+def _skipped(seen: service.Preview) -> dict[str, int]:
+    return {service.SUPERSEDED: seen.superseded} if seen.superseded else {}
 
 
 @router.get("/stats", response_model=Stats)
