@@ -392,13 +392,13 @@ MUTATIONS = (
     ),
     Mutation(
         "acks-together-multiple",
-        "the acks written together use `multiple` (one ack also settles the deliveries "
-        "below it that are still running: lost if the worker dies)",
+        "a job's ack uses `multiple` (it also settles the deliveries below it that are "
+        "still running: lost if the worker dies)",
         (
             Edit(
                 CONSUMER,
-                "[spec.Basic.Ack(delivery_tag=tag) for tag in tags]",
-                "[spec.Basic.Ack(delivery_tag=tag, multiple=True) for tag in tags]",
+                "        await self._message.ack()\n",
+                "        await self._message.ack(multiple=True)\n",
             ),
         ),
         (
@@ -509,7 +509,7 @@ MUTATIONS = (
         (
             Edit(
                 ENGINE,
-                "                engine.sync_engine.pool._invalidate(pooled, exc)\n",
+                "                _SilentServer.of(engine.sync_engine).heard()\n",
                 "                pass\n",
             ),
         ),
