@@ -47,6 +47,7 @@ from san_api.admin.schemas import (
 )
 from san_api.deps import SessionDep, SettingsDep
 from san_api.errors import NotFound, ValidationFailed
+from san_common.jobs import registry
 from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
@@ -286,11 +287,11 @@ async def queues(session: SessionDep, broker: BrokerDep) -> QueuesView:
         views.append(
             QueueView(
                 name=depth.name,
-                jobType=job_type.value if job_type else None,
+                jobType=job_type,
                 messages=depth.messages,
                 consumers=depth.consumers,
                 unacked=depth.unacked,
-                paused=job_type is not None and job_type.value in paused,
+                paused=job_type in paused,
             )
         )
     return QueuesView(source=source, queues=views)
@@ -302,12 +303,12 @@ async def job_types(session: SessionDep) -> list[JobTypeView]:
     paused = {p.job_type: p for p in await repository.paused(session)}
     return [
         JobTypeView(
-            jobType=t.value,
-            paused=t.value in paused,
-            pausedBy=paused[t.value].paused_by if t.value in paused else None,
-            pausedAt=paused[t.value].paused_at if t.value in paused else None,
+            jobType=t,
+            paused=t in paused,
+            pausedBy=paused[t].paused_by if t in paused else None,
+            pausedAt=paused[t].paused_at if t in paused else None,
         )
-        for t in JobType
+        for t in registry.job_types()
     ]
 
 

@@ -23,19 +23,16 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from san_common.jobs import registry
 from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AdminAudit,
     AsyncJob,
     AsyncJobEvent,
-    DailySummary,
     JobTypePause,
     OutboxMessage,
-    RecallQuizGeneration,
-    Scrap,
     SweepRequest,
     SweepRun,
-    TilGithubCommit,
     User,
 )
 
@@ -167,22 +164,15 @@ class TargetView:
 
 
 async def target_of(session: AsyncSession, job: AsyncJob) -> TargetView:
-    """The job's target row and, where it mirrors the job, its status."""
-    job_type = JobType(job.job_type)
-    mirrors: dict[JobType, Any] = {
-        JobType.TIL_GENERATION: DailySummary,
-        JobType.RECALL_QUIZ_GENERATION: RecallQuizGeneration,
-        JobType.TIL_GITHUB_COMMIT: TilGithubCommit,
-    }
-    if job_type in mirrors:
-        model = mirrors[job_type]
-        status = await session.scalar(select(model.status).where(model.id == job.target_id))
-        return TargetView(model.__tablename__, status is not None, status)
-    if job_type is JobType.GITHUB_STAR_RECOMMENDATION:
-        found = await session.scalar(select(User.id).where(User.id == job.target_id))
-        return TargetView(User.__tablename__, found is not None, None)
-    found = await session.scalar(select(Scrap.id).where(Scrap.id == job.target_id))
-    return TargetView(Scrap.__tablename__, found is not None, None)
+    """The job's target row and, where it mirrors the job, its status (the registry's)."""
+    spec = registry.find(job.job_type)
+    if spec is None:  # a type no longer served: its target is unknown
+        return TargetView("?", False, None)
+    table = spec.target
+    column = table.c.id if spec.mirror is None else table.c[spec.mirror.status_column]
+    found = (await session.execute(select(column).where(table.c.id == job.target_id))).first()
+    status = None if found is None or spec.mirror is None else found[0]
+    return TargetView(table.name, found is not None, status)
 
 
 # -- counts, outbox ---------------------------------------------------------------------------
