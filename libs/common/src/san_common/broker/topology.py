@@ -8,8 +8,10 @@
 Dead letters are never dropped: every queue names its dead-letter routing key (its job
 type), to which the dead-letter queue is bound; dead-lettering is `at-least-once` (RabbitMQ
 ≥ 3.10, quorum queues), which needs `overflow: reject-publish`. A worker that gives up on a
-message republishes it to the DLX itself, with header `x-san-reason` saying why; the
-broker's own dead-lettering (delivery limit) adds `x-death`.
+message republishes it to the DLX itself, with headers saying why (`x-san-reason`, a
+short code, and `x-san-detail`), when (`x-san-dead-lettered-at`) and from which queue
+(`x-san-queue`); the broker's own dead-lettering (rejected, expired, delivery limit) adds
+`x-death` with the same facts.
 
 Quorum queues count deliveries: a message redelivered more than `DELIVERY_LIMIT` times
 (a poison message that crashes its consumer) is dead-lettered instead of looping forever.
@@ -27,6 +29,9 @@ from san_common.jobs import registry
 # With the runtime's growing pause before each requeue, 20 deliveries ride out minutes of outage.
 DELIVERY_LIMIT = 20
 REASON_HEADER = "x-san-reason"
+DETAIL_HEADER = "x-san-detail"
+DEAD_LETTERED_AT_HEADER = "x-san-dead-lettered-at"
+SOURCE_QUEUE_HEADER = "x-san-queue"
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,11 @@ class Topology:
     @property
     def dead_letter_queue(self) -> str:
         return f"{self.prefix}.jobs.dead"
+
+    @property
+    def owner_queue(self) -> str:
+        """Held by the deployment running on this prefix (broker/ownership.py)."""
+        return f"{self.prefix}.deployment"
 
     def queue_name(self, job_type: str) -> str:
         return f"{self.prefix}.jobs.{registry.spec_for(job_type).queue}"
