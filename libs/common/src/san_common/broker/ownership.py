@@ -32,8 +32,9 @@ def owner_arguments(topology: Topology, deployment_id: str) -> dict[str, object]
     return {
         "x-expires": OWNER_EXPIRES_SECONDS * 1000,
         # Never used for dead-lettering (the queue holds nothing): the one free-form
-        # argument RabbitMQ compares on every declare.
-        "x-dead-letter-exchange": f"{topology.prefix}.deployment.{deployment_id}",
+        # argument RabbitMQ compares on every declare. Just the id, so that the refusal
+        # (whose text RabbitMQ cuts at 255 bytes) still names the holder.
+        "x-dead-letter-exchange": deployment_id,
     }
 
 
@@ -51,11 +52,11 @@ async def hold_prefix(
             arguments=owner_arguments(topology, deployment_id),  # type: ignore[arg-type]
         )
     except ChannelPreconditionFailed as exc:
-        found = re.search(r"current is '[^']*\.deployment\.([^']+)'", str(exc))
-        other = found.group(1) if found else "unknown"
+        found = re.search(r"current is '([^']+)'", str(exc))
+        other = f"deployment {found.group(1)}" if found else "another deployment"
         raise PrefixInUse(
-            f"the queues of AMQP_PREFIX={topology.prefix} belong to deployment {other}, which"
-            f" is running on them; this is deployment {deployment_id}. Give each deployment"
+            f"the queues of AMQP_PREFIX={topology.prefix} belong to {other}, which is"
+            f" running on them; this is deployment {deployment_id}. Give each deployment"
             " an AMQP_PREFIX or a RabbitMQ vhost of its own (docs/operations.md); a stopped"
             f" deployment frees its prefix within {OWNER_EXPIRES_SECONDS} s"
         ) from None
