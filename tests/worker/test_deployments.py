@@ -63,7 +63,7 @@ def _envelope(job_id: uuid.UUID, job_type: str) -> bytes:
             "user_id": str(uuid.uuid4()),
             "attempt": 1,
             "created_at": datetime.now(UTC).isoformat(),
-        }  # fmt: skip
+        }
     ).encode()
 
 
