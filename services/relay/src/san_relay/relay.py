@@ -37,7 +37,7 @@ from san_common import deployment, metrics, tracing
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.ownership import hold_prefix
-from san_common.broker.topology import Topology, declare_topology
+from san_common.broker.topology import Topology, adopt_legacy_dead_letters, declare_topology
 from san_common.cli import describe
 from san_common.db.engine import bound_engine, plain_url
 from san_common.deployment import DEPLOYMENT_HEADER
@@ -116,6 +116,11 @@ class Relay:
         rounds: list[asyncio.Task[None]] = []
         try:
             channel = await self.open_channel(connection)
+            if moved := await adopt_legacy_dead_letters(connection, self._topology):
+                log.info(
+                    "dead letters moved from the earlier quorum dead-letter queue",
+                    extra={"fields": {"moved": moved, "to": self._topology.dead_letter_queue}},
+                )
             self._connection, self._channel = connection, channel
             self.ready.set()
             log.info("relay running")
