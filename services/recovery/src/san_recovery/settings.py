@@ -13,7 +13,8 @@ from san_recovery.policy import Policy
 
 
 class RecoverySettings(ServiceSettings):
-    """Thresholds and schedules of the recovery sweeps (SPEC §2.7); see docs/recovery.md."""
+    """Thresholds and schedules of the recovery sweeps (docs/reference/job-rules.md §2.7); see
+    docs/recovery.md."""
 
     reported_prefixes: ClassVar[tuple[str, ...]] = ("RECOVERY_",)
 
