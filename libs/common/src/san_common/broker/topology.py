@@ -122,9 +122,10 @@ async def declare_topology(
 
 async def adopt_legacy_dead_letters(connection: AbstractConnection, topology: Topology) -> int:
     """Move the dead letters of an earlier version's quorum dead-letter queue to the
-    current one, which `declare_topology` made (confirmed before each is acked), unbind it so it receives no more, and
-    delete it once empty. Returns how many moved; 0 where there is no such queue. Safe to
-    run from several processes at once: each message is taken by one of them."""
+    current one, which `declare_topology` made (each confirmed before it is acked); unbind
+    it first, so that it receives no more, and delete it once empty. Returns how many
+    moved; 0 where there is no such queue. Safe to run from several processes at once:
+    each message is taken by one of them."""
     channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
     try:
         try:
