@@ -151,7 +151,8 @@ async def adopt_legacy_dead_letters(connection: AbstractConnection, topology: To
             )
             await message.ack()
             moved += 1
-        await legacy.delete(if_unused=False, if_empty=True)
+        # Unbound above, so nothing arrives any more (quorum queues refuse `if_empty`).
+        await legacy.delete(if_unused=False, if_empty=False)
         return moved
     finally:
         if not channel.is_closed:
