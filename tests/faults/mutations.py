@@ -480,6 +480,8 @@ MUTATIONS = (
         (
             "tests/unit/test_executor.py::test_messages_of_another_deployment_or_an_unknown_job"
             "_are_dead_lettered_with_one_warning",
+            "tests/worker/test_deployments.py::"
+            "test_foreign_and_unknown_job_messages_are_dead_lettered_with_their_reason",
         ),
     ),
     Mutation(
