@@ -25,7 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-REPO = "libs/common/src/san_common/jobs/repository.py"
+LIFECYCLE = "libs/common/src/san_common/jobs/lifecycle.py"
+TRANSITIONS_MIGRATION = "libs/common/src/san_common/db/migrations/versions/0010_job_transitions.py"
+LIFECYCLE_TESTS = "tests/worker/test_lifecycle.py"
+SUPERSEDED_TESTS = "tests/admin/test_superseded.py"
 STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
@@ -57,6 +60,12 @@ JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
+REGISTRY = "libs/common/src/san_common/jobs/registry.py"
+HANDLER = "libs/common/src/san_common/worker/handler.py"
+ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
+JOB_TYPE_E2E = (
+    "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
+)
 PARTITION = tuple(
     "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
     f"_api_resumes[{limits}]"
@@ -85,13 +94,13 @@ MUTATIONS = (
         "fencing removed from the owned update (`_owned` no longer matches the try)",
         (
             Edit(
-                REPO,
-                "        AsyncJob.status == _PROCESSING,\n        AsyncJob.tries == try_no,\n",
-                "        AsyncJob.status == _PROCESSING,\n",
+                LIFECYCLE,
+                "_HELD = \"j.job_id = $1 AND j.status = 'PROCESSING' AND j.tries = $2\"",
+                "_HELD = \"j.job_id = $1 AND j.status = 'PROCESSING' AND $2::int IS NOT NULL\"",
             ),
-            Edit(REPO, "      AND j.tries = mine.try_no\n", ""),
+            Edit(LIFECYCLE, "      AND j.tries = mine.try_no\n", ""),
             Edit(
-                REPO,
+                LIFECYCLE,
                 "AND j.status = 'PROCESSING' AND j.tries = mine.try_no\n",
                 "AND j.status = 'PROCESSING'\n",
             ),
@@ -124,7 +133,7 @@ MUTATIONS = (
         "expired-lease takeover removed from the claim",
         (
             Edit(
-                REPO,
+                LIFECYCLE,
                 "WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR",
                 "WHEN 'PROCESSING' THEN j.lease_expires_at < now() - interval '100 years' OR",
             ),
@@ -136,10 +145,9 @@ MUTATIONS = (
         "the lease rescuer finds no expired lease",
         (
             Edit(
-                REPO,
-                ".where(AsyncJob.status == _PROCESSING, AsyncJob.lease_expires_at < _NOW)",
-                ".where(AsyncJob.status == _PROCESSING, AsyncJob.lease_expires_at < _NOW"
-                " - timedelta(days=36500))",
+                LIFECYCLE,
+                "WHERE status = 'PROCESSING' AND lease_expires_at < now()\n",
+                "WHERE status = 'PROCESSING' AND lease_expires_at < now() - interval '100 years'\n",
             ),
         ),
         (f"{LEASES}::test_the_rescuer_makes_expired_jobs_claimable_under_the_same_id",),
@@ -161,7 +169,7 @@ MUTATIONS = (
         "a COMPLETED job claimable again (duplicate delivered after the first completed)",
         (
             Edit(
-                REPO,
+                LIFECYCLE,
                 "        ELSE false\n",
                 "        WHEN 'COMPLETED' THEN true\n        ELSE false\n",
             ),
@@ -362,7 +370,7 @@ MUTATIONS = (
         "quiet table's statistics: every claim reads the whole PENDING backlog)",
         (
             Edit(
-                REPO,
+                LIFECYCLE,
                 """      AND CASE j.status
         WHEN 'PENDING' THEN j.next_attempt_at IS NULL OR j.next_attempt_at <= now()
         WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR ($4 AND j.worker_id = $2)
@@ -384,13 +392,13 @@ MUTATIONS = (
     ),
     Mutation(
         "acks-together-multiple",
-        "the acks written together use `multiple` (one ack also settles the deliveries "
-        "below it that are still running: lost if the worker dies)",
+        "a job's ack uses `multiple` (it also settles the deliveries below it that are "
+        "still running: lost if the worker dies)",
         (
             Edit(
                 CONSUMER,
-                "[spec.Basic.Ack(delivery_tag=tag) for tag in tags]",
-                "[spec.Basic.Ack(delivery_tag=tag, multiple=True) for tag in tags]",
+                "        await self._message.ack()\n",
+                "        await self._message.ack(multiple=True)\n",
             ),
         ),
         (
@@ -402,7 +410,7 @@ MUTATIONS = (
         "claimed-job-unconfigured",
         "the claimed job is built before the mappers are configured (a fresh worker's first "
         "claims fail, read as a database outage, and are requeued)",
-        (Edit(REPO, "    configure_mappers()\n", ""),),
+        (Edit(COMPAT, "        configure_mappers()\n", ""),),
         (
             "tests/worker/test_claimed_job.py::"
             "test_a_fresh_process_reads_the_job_of_its_first_claim",
@@ -528,7 +536,7 @@ MUTATIONS = (
         (
             Edit(
                 ENGINE,
-                "                engine.sync_engine.pool._invalidate(pooled, exc)\n",
+                "                _SilentServer.of(engine.sync_engine).heard()\n",
                 "                pass\n",
             ),
         ),
@@ -806,15 +814,49 @@ MUTATIONS = (
             "_consuming_until_it_answers",
         ),
     ),
+    Mutation(
+        "superseded-retried",
+        "an operator's retry runs a FAILED job that a newer job of its target superseded",
+        (Edit(LIFECYCLE, "      AND NOT {_NEWER}\n", ""),),
+        (
+            f"{SUPERSEDED_TESTS}::test_bulk_retry_skips_what_the_failed_sweep_superseded",
+            f"{SUPERSEDED_TESTS}::test_an_operator_retry_and_the_failed_sweep_at_once_make_one_job",
+        ),
+    ),
+    Mutation(
+        "undeclared-transition-allowed",
+        "the database lets an UPDATE make a status change the lifecycle does not declare",
+        (Edit(TRANSITIONS_MIGRATION, "    IF FOUND THEN\n", "    IF false THEN\n"),),
+        (
+            f"{LIFECYCLE_TESTS}::"
+            "test_an_undeclared_transition_written_as_raw_sql_is_refused[PENDING-COMPLETED]",
+            f"{LIFECYCLE_TESTS}::test_a_batch_with_one_undeclared_change_is_refused_whole",
+        ),
+    ),
+    Mutation(
+        "try-left-open",
+        "recovery gives up on a ghost and leaves its running try open",
+        (
+            Edit(
+                LIFECYCLE,
+                "    WHERE t.job_id = failed.job_id AND t.outcome IS NULL\n",
+                "    WHERE t.job_id = failed.job_id AND false\n",
+            ),
+        ),
+        (
+            f"{LIFECYCLE_TESTS}::test_every_transition_moves_the_job_its_try_its_event_and_its"
+            "_mirror[PROCESSING-give_up-FAILED]",
+        ),
+    ),
     # -- security (issue 36) ------------------------------------------------------------------
     Mutation(
         "mirror-carries-the-cause-chain",
         "a failed job's target row (read by its owner) gets the full cause chain again",
         (
             Edit(
-                STORE,
-                "await _mirror(session, claim.job, JobStatus.FAILED, summary)",
-                "await _mirror(session, claim.job, JobStatus.FAILED, message)",
+                LIFECYCLE,
+                "await _mirror_error(session, job_type, target_id, _FAILED, summary)",
+                "await _mirror_error(session, job_type, target_id, _FAILED, message)",
             ),
         ),
         (
@@ -836,6 +878,72 @@ MUTATIONS = (
             "tests/api/test_auth.py::test_a_signed_token_with_a_mistyped_time_claim_is_401_with"
             "_the_reason",
         ),
+    ),
+    Mutation(
+        "runtime-type-unmirrored",
+        "only the built-in job types' mirrors move (a type registered at start-up never does)",
+        (
+            Edit(
+                REGISTRY,
+                "return {t: s.mirror for t, s in _REGISTRY.items() if s.mirror is not None}",
+                "return {str(s.job_type): s.mirror for s in _BUILT_IN if s.mirror is not None}",
+            ),
+        ),
+        (JOB_TYPE_E2E,),
+    ),
+    Mutation(
+        "target-of-hard-coded",
+        "the admin API's job target ignores the registry (every target read as a scrap)",
+        (
+            Edit(
+                ADMIN_REPO,
+                "    table = spec.target\n",
+                '    table = registry.spec_for("CARD_ANALYSIS").target\n',
+            ),
+        ),
+        (JOB_TYPE_E2E,),
+    ),
+    Mutation(
+        "handler-consumer-unchecked",
+        "a worker collects a handler of a job type another service consumes",
+        (
+            Edit(
+                HANDLER,
+                "if registry.spec_for(job_type).consumer != consumer:",
+                "if registry.spec_for(job_type).consumer == object():",
+            ),
+        ),
+        ("tests/unit/test_registry.py::test_a_handler_of_another_workers_type_is_refused",),
+    ),
+    Mutation(
+        "superseded-ignored",
+        "recovery re-runs a job whose target another target replaced (the spec's superseded)",
+        (
+            Edit(
+                RECOVERY_REPO,
+                "superseded = false() if spec.superseded is None else spec.superseded(target_id)",
+                "superseded = false()",
+            ),
+        ),
+        ("tests/recovery/test_sweeps.py::test_failed_sweep_retries_newest_failures_until_the_cap",),
+    ),
+    Mutation(
+        "predicate-unaliased",
+        "SCRAP_REFINE's already_done reads scraps unaliased (the scrap sweep correlates it away)",
+        (Edit(REGISTRY, 'scrap = _scraps.alias("refined")', "scrap = _scraps"),),
+        ("tests/recovery/test_sweeps.py::test_scrap_sweeps_register_missing_jobs",),
+    ),
+    Mutation(
+        "keda-trigger-missing",
+        "a job type's queue has no KEDA trigger (the ai-worker would not scale on it)",
+        (
+            Edit(
+                "deploy/k8s/base/autoscaling.yaml",
+                "        queueName: san.jobs.github_star_recommendation\n",
+                "        queueName: san.jobs.card_analysis\n",
+            ),
+        ),
+        ("tests/deploy/test_kubernetes.py::test_keda_scales_each_worker_on_exactly_its_queues",),
     ),
 )
 

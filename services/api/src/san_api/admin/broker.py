@@ -45,7 +45,6 @@ from san_common.cli import describe as describe_error
 from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.jobs import registry
 from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
-from san_common.jobs.types import JobType
 
 _CONNECT_SECONDS = 5.0
 _HEADERS_DROPPED_ON_REDRIVE = (
@@ -342,8 +341,8 @@ def _copy(message: AbstractIncomingMessage, headers: dict[str, Any]) -> aio_pika
     )
 
 
-def queue_job_type(topology: Topology, name: str) -> JobType | None:
-    for job_type in JobType:
+def queue_job_type(topology: Topology, name: str) -> str | None:
+    for job_type in registry.job_types():
         if topology.queue_name(job_type) == name:
             return job_type
     return None

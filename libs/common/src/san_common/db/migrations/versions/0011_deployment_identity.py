@@ -1,7 +1,7 @@
 """the deployment's identity: one row, made here
 
-Revision ID: 0010_deployment_identity
-Revises: 0009_job_events_per_statement
+Revision ID: 0011_deployment_identity
+Revises: 0010_job_transitions
 
 Every message the relay publishes carries this id, and a worker dead-letters a message
 that carries another (docs/architecture.md, "Deployment identity"). Made by the migration
@@ -12,8 +12,8 @@ deployment (its own database) gets its own.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_deployment_identity"
-down_revision = "0009_job_events_per_statement"
+revision = "0011_deployment_identity"
+down_revision = "0010_job_transitions"
 branch_labels = None
 depends_on = None
 
