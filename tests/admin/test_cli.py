@@ -66,7 +66,7 @@ async def test_verbs_work_against_a_running_api(url: str, sessions: Sessions) ->
     code, out, _ = await admin(url, "dlq", "list")
     assert code == 0 and "total: 0" in out
     code, out, _ = await admin(url, "dlq", "redrive", "--all")
-    assert (code, out.strip()) == (0, "redrive: 0 dead letter(s)")
+    assert (code, out.strip()) == (0, "redrive: 0 re-driven, 0 not re-drivable, 0 failed")
     code, out, _ = await admin(url, "sweeps", "run", "retention")
     assert code == 0 and out.startswith("requested #")
     code, out, _ = await admin(url, "audit", "--limit", "5")
