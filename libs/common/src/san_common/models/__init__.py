@@ -27,10 +27,12 @@ from san_common.models.til import (
     RecallQuizGeneration,
     daily_summary_cards,
 )
+from san_common.models.usage import AiUsage, UserBudget
 from san_common.models.users import User
 
 __all__ = [
     "AdminAudit",
+    "AiUsage",
     "AsyncJob",
     "AsyncJobEvent",
     "AsyncJobTransition",
@@ -55,6 +57,7 @@ __all__ = [
     "Tag",
     "TilGithubCommit",
     "User",
+    "UserBudget",
     "card_tags",
     "daily_summary_cards",
 ]
