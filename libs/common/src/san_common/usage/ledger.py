@@ -49,14 +49,14 @@ _SPENT = """
 WITH month AS (
     SELECT job_id, job_type, at, prompt_tokens + completion_tokens + embedding_tokens AS tokens,
         cost_usd
-    FROM ai_usage WHERE user_id = $1 AND at >= least($2, $3)
+    FROM ai_usage WHERE user_id = $1::uuid AND at >= least($2::timestamptz, $3::timestamptz)
 ), per_job AS (
     SELECT job_type, sum(tokens) AS tokens, sum(cost_usd) AS cost
     FROM month WHERE job_type = ANY($4::text[]) GROUP BY job_id, job_type
 )
 SELECT
-    (SELECT coalesce(sum(tokens), 0) FROM month WHERE at >= $2) AS tokens_today,
-    (SELECT coalesce(sum(cost_usd), 0) FROM month WHERE at >= $3) AS usd_month,
+    (SELECT coalesce(sum(tokens), 0) FROM month WHERE at >= $2::timestamptz) AS tokens_today,
+    (SELECT coalesce(sum(cost_usd), 0) FROM month WHERE at >= $3::timestamptz) AS usd_month,
     (SELECT coalesce(sum(avg_tokens), 0) FROM (
         SELECT avg(tokens) AS avg_tokens FROM per_job GROUP BY job_type) AS a) AS tokens_expected,
     (SELECT coalesce(sum(avg_cost), 0) FROM (
