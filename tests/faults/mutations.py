@@ -91,7 +91,7 @@ class Mutation:
 MUTATIONS = (
     Mutation(
         "fencing",
-        "fencing removed from the owned update (`_owned` no longer matches the try)",
+        "fencing removed from the owned update (`_HELD` no longer matches the try)",
         (
             Edit(
                 LIFECYCLE,
