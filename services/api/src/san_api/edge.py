@@ -29,6 +29,7 @@ from uvicorn.server import ServerState
 
 from san_api.errors import PROBLEM_JSON, database_unavailable
 from san_api.settings import ApiSettings
+from san_common.outages import DATABASE
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ class UnhandledErrorMiddleware:
                 raise  # a half-sent answer cannot be mended; uvicorn closes the connection
             unavailable = database_unavailable(exc)
             if unavailable is not None:
-                log.warning("database unavailable: %s", type(exc).__name__)
+                DATABASE.lost(exc, f"{scope.get('method')} {scope.get('path')}")
                 await send_problem(
                     send,
                     scope,
