@@ -83,7 +83,7 @@ async def test_an_outage_is_one_warning_and_one_info_per_service(
         await asyncio.to_thread(own_postgres.start)
         await eventually(api_accepts, within=60, what="the API accepting scraps again")
 
-        def every_service_saw_the_end() -> bool:
+        async def every_service_saw_the_end() -> bool:
             return all(
                 any(r.get("msg") == ENDED for r in _records(p, since)) for p in services.values()
             )
