@@ -319,7 +319,7 @@ async def main_async(args: Any) -> int:
     systems = [s for s in RUNNABLE if s in args.systems]
     peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
     print(f"peers installed in {time.time() - started:.0f}s", flush=True)
-    # Where the wall time went (docs/performance.md, "bench wall time").
+    # Where the wall time went (benchmarks/results/performance-history.md, "Wall time").
     phases: dict[str, float] = {"peers venv": time.time() - started}
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

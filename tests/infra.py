@@ -1,4 +1,4 @@
-"""Where the test suite finds its servers (SPEC §5):
+"""Where the test suite finds its servers (docs/reference/job-rules.md §5):
 
 PostgreSQL: TEST_DATABASE_URL, else a testcontainers `pgvector/pgvector` container when a
 Docker engine answers, else an embedded PostgreSQL (PG 18 + pgvector) in a temp directory.

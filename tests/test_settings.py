@@ -1,5 +1,6 @@
-"""SPEC §8: a local run needs no configuration (missing secrets are generated once into the
-data directory and reused); a production setting refuses to start without real ones."""
+"""docs/reference/job-rules.md §8: a local run needs no configuration (missing secrets are generated
+once into the data directory and reused); a production setting refuses to start without real
+ones."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible provider against the fake AI server on loopback (SPEC §8)."""
+"""The OpenAI-compatible provider against the fake AI server on loopback
+(docs/reference/job-rules.md §8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Bearer-token authentication (SPEC §4, §8): every failure is a 401 problem with
-`WWW-Authenticate: Bearer` and provisions nothing; a valid token provisions its user once."""
+"""Bearer-token authentication (docs/reference/job-rules.md §4, §8): every failure is a 401 problem
+with `WWW-Authenticate: Bearer` and provisions nothing; a valid token provisions its user once."""
 
 from __future__ import annotations
 
@@ -194,3 +194,27 @@ async def test_the_subject_is_case_sensitive_and_any_string(
         await save_scrap(api, {"Authorization": f"Bearer {token(subject)}"})
     assert (await footprint(sessions, base)).users == 1
     assert (await footprint(sessions, base.upper())).users == 1
+
+
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [
+        ("exp", lambda: str(_in(600))),  # pyjwt takes any string int() takes
+        ("exp", lambda: True),
+        ("nbf", lambda: str(_in(-60))),
+        ("nbf", lambda: [_in(-60)]),
+        ("iat", lambda: str(_in(-60))),
+        ("iat", lambda: {"at": _in(-60)}),
+    ],
+    ids=["exp-digits", "exp-bool", "nbf-digits", "nbf-list", "iat-digits", "iat-object"],
+)
+async def test_a_signed_token_with_a_mistyped_time_claim_is_401_with_the_reason(
+    api: httpx.AsyncClient, claim: str, value: Callable[[], object]
+) -> None:
+    """A correctly signed token whose NumericDate claims are not numbers: 401 saying which
+    claim, never a 500 (this used to be an `assert`, which `python -O` also strips)."""
+    claims: dict[str, object] = {"sub": "typed-" + uuid.uuid4().hex, "exp": _in(600)}
+    claims[claim] = value()
+    response = await api.get("/me", headers={"Authorization": f"Bearer {_hs256(claims)}"})
+    body = assert_problem(response, 401, "UNAUTHORIZED")
+    assert f"'{claim}'" in body["detail"], body

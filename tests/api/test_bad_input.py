@@ -1,4 +1,5 @@
-"""Bad input answers 4xx problem+json with a stable code and writes nothing (SPEC §3.1, §6)."""
+"""Bad input answers 4xx problem+json with a stable code and writes nothing
+(docs/reference/job-rules.md §3.1, §6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A 202 means "saved": the transaction commits before the response goes out (SPEC §1, §2.3);
-a request that fails half-way takes back everything it wrote.
+"""A 202 means "saved": the transaction commits before the response goes out
+(docs/reference/job-rules.md §1, §2.3); a request that fails half-way takes back everything it
+wrote.
 
 If the reply left first, a client polling its job at once could get 404, and a commit that
 then failed would leave the client holding ids of rows that never existed. The probe below

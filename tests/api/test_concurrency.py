@@ -1,5 +1,5 @@
-"""POST /scraps under concurrency (SPEC §2.2, §3.1): many identical requests at once yield
-one scrap and at most one active job of each type; dedup is per user."""
+"""POST /scraps under concurrency (docs/reference/job-rules.md §2.2, §3.1): many identical requests
+at once yield one scrap and at most one active job of each type; dedup is per user."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Probes, docs and metrics (SPEC §7): served without a token."""
+"""Probes, docs and metrics (docs/reference/job-rules.md §7): served without a token."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ async def test_readyz_checks_database_and_reports_the_broker(api: httpx.AsyncCli
 async def test_readyz_stays_ready_when_the_broker_is_unreachable(
     settings_for: Callable[..., ApiSettings],
 ) -> None:
-    """The outbox absorbs a broker outage: the API keeps accepting work (SPEC §7)."""
+    """The outbox absorbs a broker outage: the API keeps accepting work (docs/reference/job-rules.md
+    §7)."""
     dead_broker = f"amqp://guest:guest@127.0.0.1:{infra.free_port()}/"
     async with api_with(settings_for(amqp_url=dead_broker)) as client:
         response = await client.get("/readyz")

@@ -1,6 +1,6 @@
-"""No input produces a 500 (SPEC §6): a broad list of hostile requests, each answered below
-500, and every error as problem+json. The in-process client re-raises an app exception, so
-a crash fails the test even where no 500 response is produced."""
+"""No input produces a 500 (docs/reference/job-rules.md §6): a broad list of hostile requests, each
+answered below 500, and every error as problem+json. The in-process client re-raises an app
+exception, so a crash fails the test even where no 500 response is produced."""
 
 from __future__ import annotations
 

@@ -30,6 +30,11 @@ async def test_unknown_time_zone_is_rejected_and_nothing_changes(
         {"timezone": 9},
         {"tz": "UTC"},
         {"timezone": "x" * 100},
+        {"timezone": "localtime"},  # the server's own zone: a file on the host, not a zone
+        {"timezone": "posixrules"},
+        {"timezone": "Factory"},
+        {"timezone": "posix/Asia/Seoul"},
+        {"timezone": "../../../etc/localtime"},
     ):
         assert_problem(await api.patch("/me", json=bad, headers=headers), 400, "VALIDATION_ERROR")
     assert (await api.get("/me", headers=headers)).json()["timezone"] == "UTC"

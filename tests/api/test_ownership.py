@@ -1,5 +1,6 @@
 """Another user's job, scrap and card are 404 — indistinguishable from ids that do not
-exist (SPEC §2.6, §4). Each test first checks that the owner does see the resource."""
+exist (docs/reference/job-rules.md §2.6, §4). Each test first checks that the owner does see the
+resource."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""GET /cards/{cardId}/similar-cards (SPEC §3.1): the user's cards within cosine distance
+"""GET /cards/{cardId}/similar-cards (docs/reference/job-rules.md §3.1): the user's cards within
+cosine distance
 0.5, nearest first; if none, the K nearest (`fallback: true`). Never the card itself, never
 another user's card. Embeddings are crafted so each card's distance from e0 is known."""
 

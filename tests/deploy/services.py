@@ -20,8 +20,8 @@ from san_common.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# SPEC §8: the variables deployers rely on. A service whose settings read one of these must
-# be given it by every deployment, so it can be configured without reading the code.
+# docs/reference/job-rules.md §8: the variables deployers rely on. A service whose settings read one
+# of these must be given it by every deployment, so it can be configured without reading the code.
 CONTRACT_VARIABLES = frozenset(
     {
         "DATABASE_URL",

@@ -1,7 +1,7 @@
-"""Readiness that matches the outbox (SPEC §7), with the services as OS processes and their
-broker behind a proxy this test cuts: the API stays ready and keeps accepting scraps while
-the broker is away (its body says `broker: down`), the worker is not ready until its own
-consumer is back, the relay needs both — and no probe opens a broker connection."""
+"""Readiness that matches the outbox (docs/reference/job-rules.md §7), with the services as OS
+processes and their broker behind a proxy this test cuts: the API stays ready and keeps accepting
+scraps while the broker is away (its body says `broker: down`), the worker is not ready until its
+own consumer is back, the relay needs both — and no probe opens a broker connection."""
 
 from __future__ import annotations
 

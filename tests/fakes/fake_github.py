@@ -57,6 +57,7 @@ FaultKind = Literal[
     "http_403_retry_after",  # secondary rate limit: 403 with `retry-after`
     "http_403_reset",  # primary rate limit: 403, `x-ratelimit-remaining: 0`, `…-reset`
     "http_422_echo",  # a 422 whose message echoes the Authorization header it received
+    "http_403",  # no access: 403, no rate-limit headers, `error_detail` appended to its message
 ]
 
 
@@ -130,6 +131,7 @@ class FakeGithub(LoopbackServer):
         self.client_secret = client_secret
         self.delay_seconds = 5.0  # how long the "timeout" fault holds a request
         self.put_delay_seconds = 0.0  # widen PUTs so overlapping mutations would show
+        self.error_detail = ""  # appended to the message of "http_403"
         self._lock = threading.Lock()
         self._tokens: dict[str, str] = {}  # token → login
         self._user_ids: dict[str, int] = {}
@@ -381,6 +383,11 @@ class _Handler(BaseHTTPRequestHandler):
                     "x-ratelimit-limit": "5000",
                 },
             )
+        if fault.kind == "http_403":
+            message = (
+                "Resource not accessible by personal access token" + self.server.fake.error_detail
+            )
+            raise _Reply(403, {"message": message})
         if fault.kind == "http_422_echo":
             seen = self.headers.get("authorization", "")
             raise _Reply(422, {"message": f"Validation Failed for request with {seen}"})

@@ -30,12 +30,13 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
-EDGE = "services/api/src/san_api/edge.py"
+COMPAT = "libs/common/src/san_common/compat.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
+TOKENS = "services/api/src/san_api/auth/tokens.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
@@ -317,8 +318,8 @@ MUTATIONS = (
         "edge-no-head-limit",
         "the API's request-head limit removed (httptools buffers any header)",
         (
-            Edit(EDGE, 'raise ValueError("request head too large")', "pass"),
-            Edit(EDGE, 'self.send_400_response("Request headers too large.")', "pass"),
+            Edit(COMPAT, 'raise ValueError("request head too large")', "pass"),
+            Edit(COMPAT, 'self.send_400_response("Request headers too large.")', "pass"),
         ),
         (
             "tests/api/test_edge.py::"
@@ -816,6 +817,37 @@ MUTATIONS = (
         (Edit(OUTAGES, "        if self._since is None:\n", "        if True:\n"),),
         (
             "tests/faults/test_outage_logs.py::test_an_outage_is_one_warning_and_one_info_per_service",
+        ),
+    ),
+    # -- security (issue 36) ------------------------------------------------------------------
+    Mutation(
+        "mirror-carries-the-cause-chain",
+        "a failed job's target row (read by its owner) gets the full cause chain again",
+        (
+            Edit(
+                STORE,
+                "await _mirror(session, claim.job, JobStatus.FAILED, summary)",
+                "await _mirror(session, claim.job, JobStatus.FAILED, message)",
+            ),
+        ),
+        (
+            "tests/api/test_error_summaries.py::test_no_user_facing_answer_shows_the_upstream"
+            "_text_and_the_operator_sees_it_redacted",
+        ),
+    ),
+    Mutation(
+        "token-time-claims-untyped",
+        "a signed token's exp/nbf/iat are not type-checked (pyjwt takes digit strings)",
+        (
+            Edit(
+                TOKENS,
+                "                if not _is_number(value):\n",
+                "                if False:\n",
+            ),
+        ),
+        (
+            "tests/api/test_auth.py::test_a_signed_token_with_a_mistyped_time_claim_is_401_with"
+            "_the_reason",
         ),
     ),
 )

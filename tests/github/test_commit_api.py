@@ -1,5 +1,6 @@
-"""`POST /til/{summaryId}/github-commits`: the six checks of SPEC §3.3 in order, each with its
-own code; file paths that avoid existing files; row + job + outbox in one transaction."""
+"""`POST /til/{summaryId}/github-commits`: the six checks of docs/reference/job-rules.md §3.3 in
+order, each with its own code; file paths that avoid existing files; row + job + outbox in one
+transaction."""
 
 from __future__ import annotations
 

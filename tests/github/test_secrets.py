@@ -1,5 +1,5 @@
-"""Tokens at rest (SPEC §4): never in plaintext in any column of any table, bound to their
-user, and rotatable to a new key with `san-token-keys rotate`.
+"""Tokens at rest (docs/reference/job-rules.md §4): never in plaintext in any column of any table,
+bound to their user, and rotatable to a new key with `san-token-keys rotate`.
 
 (That no token reaches the logs is checked after every test of this suite, see conftest.py,
 and for the service processes in test_e2e_github.py.)

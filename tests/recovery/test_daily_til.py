@@ -16,7 +16,7 @@ from san_recovery.runner import RunStatus, run_sweep
 from san_recovery.sweeps import Sweep
 from tests.recovery.seed import Seed
 
-# 00:30 UTC on the 15th: the 15th in Seoul (09:30), still the 14th in Los Angeles (17:30 PDT).
+# 00:30Z on the 15th: the 15th in Seoul (09:30), still the 14th in Los Angeles (17:30 PDT).
 NOW = datetime(2025, 3, 15, 0, 30, tzinfo=UTC)
 MAR_13, MAR_14 = date(2025, 3, 13), date(2025, 3, 14)
 

@@ -7,7 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.jobs.types import JobType
@@ -106,6 +106,12 @@ async def test_ghost_sweep_fails_and_reregisters_lost_and_dead_jobs(seed: Seed) 
     # the rows that mirror a job's status follow it: never stuck PROCESSING
     assert await seed.status_of(DailySummary, summary) == "PENDING"
     assert await seed.status_of(RecallQuizGeneration, generation) == "FAILED"
+    # ... and its owner reads why recovery stopped, never the worker's (host) name
+    async with seed.sessions() as session:
+        shown = await session.scalar(
+            select(RecallQuizGeneration.error_message).where(RecallQuizGeneration.id == generation)
+        )
+    assert shown == "recovery gave up after 4 attempts: its worker or its message was lost"
 
     before = await seed.job_ids()
     again = await sweep(seed, Sweep.GHOST)

@@ -1,5 +1,5 @@
-"""POST /recall-quizzes and GET /recall-quizzes/{generationId} (SPEC §3.4) over the real API
-and PostgreSQL, no worker: what is registered, bad input, ownership."""
+"""POST /recall-quizzes and GET /recall-quizzes/{generationId} (docs/reference/job-rules.md §3.4)
+over the real API and PostgreSQL, no worker: what is registered, bad input, ownership."""
 
 from __future__ import annotations
 

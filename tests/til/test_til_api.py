@@ -1,5 +1,5 @@
-"""POST /til and the TIL reads (SPEC §3.2) over the real API and PostgreSQL, no worker:
-serialization of concurrent requests, atomicity of the caller's-transaction registration,
+"""POST /til and the TIL reads (docs/reference/job-rules.md §3.2) over the real API and PostgreSQL,
+no worker: serialization of concurrent requests, atomicity of the caller's-transaction registration,
 bad input, pagination, recall cards and ownership."""
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ async def test_a_day_after_today_in_the_users_time_zone_is_400(
 async def test_a_day_without_cards_is_422_and_the_day_follows_the_users_time_zone(
     api: httpx.AsyncClient, sessions: Sessions
 ) -> None:
-    # 23:30 in Seoul on day D is 14:30 UTC on D: a Seoul user's card belongs to D, not D+1.
+    # 23:30 in Seoul on day D is 14:30Z on D: a Seoul user's card belongs to D, not D+1.
     day = days_ago(3)
     user = await make_user(sessions, "Asia/Seoul")
     await add_card(sessions, user, at_noon(day, "Asia/Seoul").replace(hour=23, minute=30))

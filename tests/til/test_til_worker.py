@@ -1,6 +1,6 @@
-"""TIL_GENERATION and RECALL_QUIZ_GENERATION in the ai-worker (SPEC §3.2, §3.4): what is
-stored on success, and that a failure leaves the job and its domain row FAILED with the
-cause chain and nothing half-written."""
+"""TIL_GENERATION and RECALL_QUIZ_GENERATION in the ai-worker (docs/reference/job-rules.md §3.2,
+§3.4): what is stored on success, and that a failure leaves the job and its domain row FAILED with
+the cause chain and nothing half-written."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ async def test_til_is_written_from_the_users_day_and_regenerating_replaces_it(
     sessions, marker = worker.sessions, uuid.uuid4().hex[:8]
     day = days_ago(3)
     user, stranger = await make_user(sessions, "Asia/Seoul"), await make_user(sessions)
-    # The user's day runs from 00:00 to 24:00 in Seoul (15:00 UTC the day before to 15:00).
+    # The user's day runs from 00:00 to 24:00 in Seoul (15:00Z the day before to 15:00).
     first = await add_card(sessions, user, _seoul(day, 0, 10), title=f"Rust ownership {marker}")
     second = await add_card(
         sessions,
@@ -155,7 +155,9 @@ async def test_til_answer_without_markdown_fails_job_and_summary_and_writes_noth
         "TIL_GENERATION failed: gave up after 2 tries: AI answer for til misses field 'tilMarkdown'"
     ), job.error_message
     summary, sources = await _summary(sessions, started.summary_id)
-    assert (summary.status, summary.error_message) == ("FAILED", job.error_message)
+    # the row its owner reads carries the sanitized summary; the chain stays on the job
+    assert (summary.status, summary.error_message) == ("FAILED", job.error_summary)
+    assert "tilMarkdown" not in (summary.error_message or "")
     assert (summary.title, summary.til_markdown, summary.embedding) == (None, None, None)
     assert sources == set()
 
@@ -166,9 +168,10 @@ async def test_til_answer_without_markdown_fails_job_and_summary_and_writes_noth
     completed, _ = await _summary(sessions, started.summary_id)
     worker.ai.chat_override = lambda name, body: {"title": "Broken again"}
     failed = await _start_til(sessions, user, day)
-    assert (await settled_job(sessions, failed.job_id)).status == "FAILED"
+    failed_job = await settled_job(sessions, failed.job_id)
+    assert failed_job.status == "FAILED" and failed_job.error_summary
     summary, sources = await _summary(sessions, started.summary_id)
-    assert summary.status == "FAILED" and "tilMarkdown" in (summary.error_message or "")
+    assert summary.status == "FAILED" and summary.error_message == failed_job.error_summary
     assert (summary.title, summary.til_markdown) == (completed.title, completed.til_markdown)
     assert sources == {card}
 
@@ -225,7 +228,7 @@ async def test_quizzes_of_the_wrong_types_fail_the_generation_and_store_none(
     assert cause in job.error_message
     assert "gave up" not in job.error_message  # permanent: not retried
     generation = await _generation(sessions, started.generation_id)
-    assert (generation.status, generation.error_message) == ("FAILED", job.error_message)
+    assert (generation.status, generation.error_message) == ("FAILED", job.error_summary)
     assert await _quizzes(sessions, started.generation_id) == []
 
 

@@ -1,6 +1,6 @@
-"""Category and tag find-or-create under concurrency (SPEC §3.1): many workers analysing
-cards of one user at once must neither fail on unique violations nor deadlock, and must
-end with one row per name."""
+"""Category and tag find-or-create under concurrency (docs/reference/job-rules.md §3.1): many
+workers analysing cards of one user at once must neither fail on unique violations nor deadlock, and
+must end with one row per name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Encryption of stored secrets (GitHub tokens, OAuth PKCE verifiers), SPEC §4.
+"""Encryption of stored secrets (GitHub tokens, OAuth PKCE verifiers); the rules are
+docs/reference/job-rules.md §4.
 
 AES-256-GCM; the associated data binds each value to its owner's user id and to its
 purpose, so a value copied into another user's row (or into another column) does not

@@ -28,7 +28,11 @@ class JobFailure(Exception):
 
 
 class PermanentJobError(JobFailure):
-    """Retrying cannot help (bad data, 4xx, revoked credentials): fail the job now."""
+    """Retrying cannot help (bad data, 4xx, revoked credentials): fail the job now.
+
+    `public_reason`, when set, is the kind of failure its owner may read (`summarize`)."""
+
+    public_reason: str | None = None
 
 
 class TransientJobError(JobFailure):

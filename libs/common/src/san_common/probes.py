@@ -1,10 +1,10 @@
 """Readiness, and a minimal HTTP endpoint for processes without a web framework (relay,
 workers, recovery): `/healthz` (alive), `/readyz` (able to do its own job) and `/metrics`.
 
-Ready means able to do the process's own job (SPEC §7): the API needs PostgreSQL only (the
-outbox absorbs a broker outage), a worker its own open consumer, the relay both, recovery
-PostgreSQL. A `Readiness` has *required* checks, which decide, and *reported* ones, which
-are shown in the body and as `san_dependency_up` but never fail the probe.
+Ready means able to do the process's own job (docs/reference/job-rules.md §7): the API needs
+PostgreSQL only (the outbox absorbs a broker outage), a worker its own open consumer, the relay
+both, recovery PostgreSQL. A `Readiness` has *required* checks, which decide, and *reported* ones,
+which are shown in the body and as `san_dependency_up` but never fail the probe.
 
 No check opens a connection per call: the database check borrows a connection from the
 process's pool, broker checks read the state of a connection the process keeps open anyway.

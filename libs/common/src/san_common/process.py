@@ -28,8 +28,8 @@ YOUNG_GENERATION_THRESHOLD = 10_000
 def tune_garbage_collector() -> None:
     """For a long-running service, once start-up is done: put what start-up built (modules,
     the app, its models and routes: ~150k objects in the API) out of the cyclic collector's
-    reach — every full collection walks them all otherwise, ~100 ms on this machine during
-    which nothing else runs — and collect the young generation less often (above).
+    reach — every full collection walks them all otherwise, a pause during which nothing
+    else runs — and collect the young generation less often (above).
     Garbage is collected first, so none is kept."""
     gc.collect()
     gc.freeze()

@@ -23,7 +23,7 @@ PLACEHOLDER_PASSWORDS = frozenset(
 
 
 class ServiceSettings(BaseSettings):
-    """Environment-driven settings common to all services (SPEC §8)."""
+    """Environment-driven settings common to all services (docs/reference/job-rules.md §8)."""
 
     model_config = SettingsConfigDict(env_file=None, extra="ignore", frozen=True)
 

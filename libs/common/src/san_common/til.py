@@ -1,4 +1,5 @@
-"""Starting TIL and recall-quiz generation (SPEC §3.2, §3.4), without any transport.
+"""Starting TIL and recall-quiz generation (docs/reference/job-rules.md §3.2, §3.4), without any
+transport.
 
 The API (`POST /til`, `POST /recall-quizzes`) and the recovery service's daily TIL batch
 both call these, inside a transaction they own; nothing here commits.

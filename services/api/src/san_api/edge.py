@@ -3,8 +3,9 @@
 - `server_options(settings)`: uvicorn with the httptools parser and a limit on a request's
   head (`HTTP_MAX_HEADER_BYTES`; httptools itself has none), a time limit on receiving a
   request's headers (`HTTP_HEADER_TIMEOUT_SECONDS`, which also closes a
-  connection that never sends a request), a cap on open connections
-  (`HTTP_MAX_CONNECTIONS`, 503 beyond it) and no `server` banner.
+  connection that never sends a request; both in `san_common.compat`: they subclass
+  uvicorn's protocol), a cap on open connections (`HTTP_MAX_CONNECTIONS`, 503 beyond it)
+  and no `server` banner.
 - `BodyTimeoutMiddleware`: a request body must arrive within `HTTP_BODY_TIMEOUT_SECONDS` of
   the request's start (408, connection closed), whatever pace it drips at.
 - `SecurityHeadersMiddleware`: nosniff, no referrer, no framing, `Cache-Control: no-store`
@@ -23,12 +24,10 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.config import Config
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.server import ServerState
 
 from san_api.errors import PROBLEM_JSON, database_unavailable
 from san_api.settings import ApiSettings
+from san_common.compat import head_limited_httptools
 from san_common.outages import DATABASE
 
 log = logging.getLogger(__name__)
@@ -50,112 +49,14 @@ _ALWAYS = [
 def server_options(settings: ApiSettings) -> dict[str, Any]:
     """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (the API's edge limits)."""
     return {
-        "http": edge_protocol(settings.http_header_timeout_seconds, settings.http_max_header_bytes),
+        "http": head_limited_httptools(
+            settings.http_header_timeout_seconds, settings.http_max_header_bytes
+        ),
         "limit_concurrency": settings.http_max_connections,
         "timeout_keep_alive": settings.http_keep_alive_seconds,
         "server_header": False,
         "ws": "none",
     }
-
-
-def edge_protocol(header_timeout: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
-    class EdgeProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol with the two limits it lacks:
-
-        - a request's head (request line and headers) is at most `max_header_bytes`, else
-          400 and the connection closed — httptools buffers a header however large. Counted
-          exactly: h11's `max_incomplete_event_size`, used before, bounds only a head still
-          incomplete, so one that arrived whole in a single read (up to 256 KiB) passed;
-        - a deadline for the head: from the connection's start, or from the first byte of
-          a keep-alive connection's next request, until the head is complete (uvicorn
-          itself only times idle keep-alive connections, so a request whose headers never
-          end stayed open forever)."""
-
-        def __init__(
-            self,
-            config: Config,
-            server_state: ServerState,
-            app_state: dict[str, Any],
-            _loop: asyncio.AbstractEventLoop | None = None,
-        ) -> None:
-            super().__init__(config, server_state, app_state, _loop)
-            self._header_timer: asyncio.TimerHandle | None = None
-            self._in_head = True  # after a whole request, or inside one's head
-            self._head_bytes = 0  # received since the head began (incomplete parts too)
-            self._head_size = 0  # the head's complete parts (request line, headers)
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm_header_timer()
-
-        def data_received(self, data: bytes) -> None:
-            if self._in_head:
-                self._head_bytes += len(data)
-                self._arm_header_timer()
-            super().data_received(data)
-            # Still inside the head after this chunk (a chunk completing it may carry body
-            # bytes too: those are not the head's): over the limit is refused.
-            if (
-                self._in_head
-                and self._head_bytes > max_header_bytes
-                and not self.transport.is_closing()
-            ):
-                self.logger.warning("Request headers too large.")
-                if self.cycle is not None and not self.cycle.response_complete:
-                    self.transport.close()  # a pipelined head: no 400 inside an answer
-                else:
-                    self.send_400_response("Request headers too large.")
-
-        def on_message_begin(self) -> None:
-            self._head_size = 0
-            super().on_message_begin()
-
-        def on_url(self, url: bytes) -> None:
-            self._count_head(len(url))
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
-            super().on_header(name, value)
-
-        def _count_head(self, size: int) -> None:
-            # The head's complete parts, exactly (data_received's count cannot tell a head
-            # from the body bytes that arrive with it). Raising from a parser callback makes
-            # uvicorn answer 400 and close.
-            self._head_size += size
-            if self._head_size > max_header_bytes:
-                raise ValueError("request head too large")
-
-        def on_headers_complete(self) -> None:
-            self._in_head = False
-            self._disarm_header_timer()
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            # Whatever arrives after a whole request is the next one's head, even while
-            # this one is still being answered (pipelining).
-            self._in_head, self._head_bytes = True, 0
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm_header_timer()
-            super().connection_lost(exc)
-
-        def _arm_header_timer(self) -> None:
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
-
-        def _disarm_header_timer(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _headers_late(self) -> None:
-            self._header_timer = None
-            if self._in_head and not self.transport.is_closing():
-                self.transport.close()
-
-    return EdgeProtocol
 
 
 class _BodyTooSlow(HTTPException):

@@ -1,4 +1,4 @@
-"""Domain errors and their problem+json rendering (SPEC §6).
+"""Domain errors and their problem+json rendering (docs/reference/job-rules.md §6).
 
 Each error class carries its stable `code`, HTTP status and default message; services raise
 them, and one set of handlers renders every error — including FastAPI's own — the same way.
@@ -115,7 +115,8 @@ class TilNotCompleted(AppError):
     code, status, title = "TIL_NOT_COMPLETED", 400, "The TIL has not been generated yet"
 
 
-# -- GitHub (SPEC §3.3, §4) ------------------------------------------------------------------
+# -- GitHub (docs/reference/job-rules.md §3.3, §4)
+# ------------------------------------------------------------------
 
 
 class GithubNotLinked(AppError):

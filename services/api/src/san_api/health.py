@@ -1,8 +1,8 @@
 """`/healthz` (alive), `/readyz` (able to accept work), `/metrics`.
 
 The API is ready when PostgreSQL answers: a job and its outbox row are committed together,
-so a broker outage delays publishing, never accepting (SPEC §7). The broker's state is in
-`/readyz`'s body and in `san_dependency_up{dependency="broker"}`, read from the one
+so a broker outage delays publishing, never accepting (docs/reference/job-rules.md §7). The broker's
+state is in `/readyz`'s body and in `san_dependency_up{dependency="broker"}`, read from the one
 connection the API keeps open for that (`BrokerMonitor`), never from a connection per probe.
 """
 

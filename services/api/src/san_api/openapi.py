@@ -1,5 +1,5 @@
-"""An OpenAPI description that tells the truth (SPEC §6): every operation lists the
-problem+json answers it can give, with one shared `Problem` schema.
+"""An OpenAPI description that tells the truth (docs/reference/job-rules.md §6): every operation
+lists the problem+json answers it can give, with one shared `Problem` schema.
 
 Two sources, merged per status code:
 - what the route declares about its own domain errors: `responses=problems(NotFound, …)`;
@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, routing
 from fastapi.dependencies.models import Dependant
-from fastapi.openapi.utils import _get_api_route_for_openapi, get_openapi
+from fastapi.openapi.utils import get_openapi
 
 from san_api.errors import PROBLEM_JSON, AppError
 from san_api.limits.dependencies import JobQuota, RateLimit
@@ -102,12 +102,16 @@ def install(app: FastAPI) -> None:
 
 def _limited_operations(routes: Sequence[Any]) -> set[tuple[str, str]]:
     # the same walk over (possibly included) routers as FastAPI's own get_openapi, so the
-    # paths agree with the description's
+    # paths agree with the description's; a context reads as its route as included
     limited: set[tuple[str, str]] = set()
     for context in routing.iter_route_contexts(routes):
-        route = _get_api_route_for_openapi(context)
-        if route is not None and _has_limits(route.dependant):
-            limited.update((route.path_format, method.lower()) for method in route.methods or ())
+        path = context.path_format
+        if (
+            isinstance(context.original_route, routing.APIRoute)
+            and path is not None
+            and _has_limits(context.dependant)
+        ):
+            limited.update((path, method.lower()) for method in context.methods or ())
     return limited
 
 

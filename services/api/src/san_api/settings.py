@@ -58,7 +58,7 @@ class ApiSettings(GithubAccessSettings):
     active_jobs_retry_after_seconds: int = Field(default=30, ge=1)
     similar_cards_threshold: float = Field(default=0.5, ge=0, le=2)
     similar_cards_k: int = Field(default=10, ge=1, le=100)
-    # GitHub (SPEC §4, §8)
+    # GitHub (docs/reference/job-rules.md §4, §8)
     github_oauth_url: str = "https://github.com"
     github_client_id: str = ""
     github_client_secret: str = Field(default="", repr=False)
@@ -71,7 +71,7 @@ class ApiSettings(GithubAccessSettings):
         default=20, ge=0, le=1000, description="TIL/2026-12-02.md, then -1 … -N, then 409"
     )
 
-    # Operator console (SPEC §2.6b, docs/operations.md)
+    # Operator console (docs/reference/job-rules.md §2.6b, docs/operations.md)
     admin_proxy_header: str = Field(
         default="",
         description="Header an auth proxy sets to the operator's name (e.g. X-Forwarded-User); "

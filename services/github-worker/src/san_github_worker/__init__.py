@@ -1,1 +1,2 @@
-"""github-worker: consumes TIL_GITHUB_COMMIT with its own queue and pool (SPEC §2.5)."""
+"""github-worker: consumes TIL_GITHUB_COMMIT with its own queue and pool
+(docs/reference/job-rules.md §2.5)."""

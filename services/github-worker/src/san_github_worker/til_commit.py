@@ -1,4 +1,5 @@
-"""TIL_GITHUB_COMMIT: put a TIL file into the user's repository, exactly once (SPEC §3.3).
+"""TIL_GITHUB_COMMIT: put a TIL file into the user's repository, exactly once
+(docs/reference/job-rules.md §3.3).
 
 `load` reads the commit row (its own short transaction); `run` talks to GitHub with no
 transaction open; `store` records sha + URL in the transaction that completes the job. The

@@ -75,6 +75,7 @@ class JobRow:
     started_at: datetime | None
     lease_expires_at: datetime | None
     worker_id: str | None
+    error_summary: str | None  # the sanitized one its owner sees (san_common.errors.summarize)
 
 
 _JOB_COLUMNS = (
@@ -89,6 +90,7 @@ _JOB_COLUMNS = (
     AsyncJob.started_at,
     AsyncJob.lease_expires_at,
     AsyncJob.worker_id,
+    AsyncJob.error_summary,
 )
 
 
@@ -244,7 +246,8 @@ async def reset_mirror(session: AsyncSession, job_type: str, target_id: uuid.UUI
 async def fail_mirror(
     session: AsyncSession, job_type: str, target_id: uuid.UUID, message: str
 ) -> None:
-    """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING."""
+    """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING.
+    Its owner reads that row: `message` must be a sanitized one (no cause chain)."""
     spec = registry.find(job_type)
     if spec is not None and spec.mirror is not None:
         await spec.mirror.set(session, target_id, _FAILED, message)

@@ -66,8 +66,18 @@ async def retry_or_give_up(
             return Outcome.SKIPPED
     else:
         await repository.mark_given_up(session, job.job_id, message)
-    await repository.fail_mirror(session, job_type, job.target_id, message)
+    await repository.fail_mirror(
+        session, job_type, job.target_id, _owner_message(job, why_not, ghost)
+    )
     return Outcome.GIVEN_UP
+
+
+def _owner_message(job: JobRow, why_not: str, ghost: str | None) -> str:
+    """What the target row's owner reads: why recovery stopped and the last try's sanitized
+    summary — never the cause chain or a ghost's worker (host) name, which the job's
+    `error_message` keeps for operators."""
+    last = "its worker or its message was lost" if ghost is not None else job.error_summary
+    return f"{GAVE_UP_PREFIX} {why_not}" + (f": {last}" if last else "")
 
 
 async def _why_not_retry(session: AsyncSession, job: JobRow, policy: Policy) -> str | None:

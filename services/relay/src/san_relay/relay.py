@@ -256,8 +256,8 @@ class Relay:
                 )
             return row.id
 
-        # All confirms in flight at once: awaiting them one by one caps the relay at
-        # ~450 msg/s on this broker, pipelining at ~2,500 (shared/MEASURED.md).
+        # All confirms in flight at once: awaiting them one by one caps the relay at one
+        # broker round trip per message (benchmarks/results/platform.md).
         results = await asyncio.gather(*(publish(r) for r in rows), return_exceptions=True)
         confirmed = [r for r in results if isinstance(r, int)]
         failures = [r for r in results if isinstance(r, BaseException)]

@@ -1,6 +1,6 @@
 """A small GitHub REST client over httpx, shared by the API, the github-worker and the
-ai-worker (SPEC §8): the user, a repository, a file's contents (read and write), the
-commits of a path, and the user's stars (following `Link` pagination).
+ai-worker (docs/reference/job-rules.md §8): the user, a repository, a file's contents (read and
+write), the commits of a path, and the user's stars (following `Link` pagination).
 
 Every method takes the user's token and sends it only in the `Authorization` header, only
 to the configured `GITHUB_API_URL` origin. Failures raise the classes of

@@ -1,4 +1,5 @@
-"""How a GitHub answer is classified (SPEC §2.5): what retrying can fix and what it cannot.
+"""How a GitHub answer is classified (docs/reference/job-rules.md §2.5): what retrying can fix and
+what it cannot.
 
 The classes extend the worker errors, so a job handler lets them propagate and the runtime
 does the right thing; the API maps them to problem+json. Messages name the method, path and
@@ -26,6 +27,8 @@ class GithubNotFound(GithubPermanentError):
 
 class GithubTokenRejected(GithubPermanentError):
     """401: the token is revoked, expired or wrong. Only relinking helps."""
+
+    public_reason = RELINK_MESSAGE  # what its owner must do: fixed text, safe to show
 
     def __init__(self, detail: str = "") -> None:
         super().__init__(RELINK_MESSAGE + (f" ({detail})" if detail else ""), status=401)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 from urllib.parse import urlencode
 
@@ -18,6 +19,7 @@ from san_common.github.client import classify
 from san_common.github.errors import GithubPermanentError, GithubTransientError
 
 DEFAULT_SCOPE = "repo"
+_ERROR_CODE = re.compile(r"[a-z][a-z_]{0,63}")
 
 
 def new_state() -> str:
@@ -99,10 +101,13 @@ class GithubOAuth:
         if not isinstance(body, dict):
             raise GithubPermanentError(f"GitHub answered {what} with no object")
         if body.get("error"):
-            # error codes are GitHub's fixed vocabulary (bad_verification_code, …): safe to show
-            raise GithubPermanentError(
-                f"GitHub refused the authorization code: {str(body['error'])[:80]}"
-            )
+            raw = str(body["error"])
+            refused = GithubPermanentError(f"GitHub refused the authorization code: {raw[:80]}")
+            # GitHub's error codes are a fixed vocabulary (bad_verification_code, …): shown to
+            # the user when the answer holds one, never other text
+            code = raw if _ERROR_CODE.fullmatch(raw) else "unrecognized error"
+            refused.public_reason = f"GitHub refused the authorization code ({code})"
+            raise refused
         token = body.get("access_token")
         if not isinstance(token, str) or not token:
             raise GithubPermanentError(f"GitHub answered {what} without an access token")

@@ -1,6 +1,6 @@
 """Registering a job: the `async_jobs` row and its outbox row, always in one transaction.
 
-Two modes, as in the seed (SPEC §2.3):
+Two modes, as in the seed (docs/reference/job-rules.md §2.3):
 - `register_job_in_transaction` joins the caller's open transaction (the seed's MANDATORY)
   and raises `TransactionRequired` if there is none; `register_job_on_connection` is the
   same for a caller whose transaction is on an asyncpg connection (the API's hot write

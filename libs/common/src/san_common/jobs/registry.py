@@ -34,7 +34,8 @@ from san_common.retry import RetryPolicy
 AI_WORKER = "ai-worker"
 GITHUB_WORKER = "github-worker"
 
-# The advisory-lock namespace of "one active TIL_GENERATION job per user" (SPEC §3.2).
+# The advisory-lock namespace of "one active TIL_GENERATION job per user"
+# (docs/reference/job-rules.md §3.2).
 TIL_USER_LOCK = "san.til:"
 
 Predicate = Callable[[uuid.UUID], ColumnElement[bool]]

@@ -91,7 +91,8 @@ async def state(session: AsyncSession, job_id: uuid.UUID) -> JobState | None:
 
 # The hot path's two statements, written once as SQL: a claim or a completion is one round
 # trip for a whole batch of jobs, the mirrored status of their target rows included (the
-# ORM's UPDATE machinery cost more CPU per job than the database did: shared/MEASURED.md).
+# ORM's UPDATE machinery cost more CPU per job than the database did:
+# benchmarks/results/platform.md).
 # `claim` and `complete` below are these statements for one job, so every caller goes
 # through the same fencing. `{mirrors}` is filled from the registry (`_with_mirrors`).
 _CLAIM_BATCH = """

@@ -23,8 +23,8 @@ class JobStatus(StrEnum):
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.PROCESSING)
 TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
-# Which worker consumes which job type (SPEC §2.1); separate pools so GitHub slowness
-# never starves AI jobs.
+# Which worker consumes which job type (docs/reference/job-rules.md §2.1); separate pools so GitHub
+# slowness never starves AI jobs.
 AI_JOB_TYPES = frozenset(
     {
         JobType.CARD_ANALYSIS,

@@ -70,7 +70,7 @@ class TilGithubCommit(Base):
         CheckConstraint(
             "status IN ('PENDING', 'PROCESSING', 'COMPLETED', 'FAILED')", name="status"
         ),
-        # SPEC §3.3 check 4, enforced by the database as well as by the API.
+        # docs/reference/job-rules.md §3.3 check 4, enforced by the database as well as by the API.
         Index(
             "uk_til_github_commits_active_content",
             "user_id",

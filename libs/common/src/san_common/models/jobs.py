@@ -28,7 +28,8 @@ _ACTIVE = ", ".join(f"'{s.value}'" for s in ACTIVE_STATUSES)
 class AsyncJob(Base):
     __tablename__ = "async_jobs"
     __table_args__ = (
-        # SPEC §2.2: at most one active job per (target, type), enforced by the database.
+        # docs/reference/job-rules.md §2.2: at most one active job per (target, type), enforced by
+        # the database.
         Index(
             "uk_async_jobs_active_target_job_type",
             "target_id",

@@ -1,5 +1,6 @@
-"""Tables of the operator tooling (SPEC §2.6, §2.6b): the audit log, the job-event log that
-feeds `GET /async-jobs/{id}/events`, paused job types, and the recovery sweep history."""
+"""Tables of the operator tooling (docs/reference/job-rules.md §2.6, §2.6b): the audit log, the
+job-event log that feeds `GET /async-jobs/{id}/events`, paused job types, and the recovery sweep
+history."""
 
 from __future__ import annotations
 

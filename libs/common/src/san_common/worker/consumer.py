@@ -180,8 +180,8 @@ class Consumer:
         self._consuming = False
 
     def consuming(self) -> bool:
-        """Ready (SPEC §7): the consumer connection and channel are open and its consumers
-        registered; false while aio_pika reconnects and once draining starts."""
+        """Ready (docs/reference/job-rules.md §7): the consumer connection and channel are open and
+        its consumers registered; false while aio_pika reconnects and once draining starts."""
         return (
             self._consuming
             and connection_is_open(self._connection)

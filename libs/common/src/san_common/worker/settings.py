@@ -1,4 +1,4 @@
-"""Settings shared by the worker services (SPEC §2.5)."""
+"""Settings shared by the worker services (docs/reference/job-rules.md §2.5)."""
 
 from __future__ import annotations
 

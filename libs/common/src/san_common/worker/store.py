@@ -277,7 +277,8 @@ class SqlJobStore:
         async with self._sessions() as session, session.begin():
             if not await jobs.fail(session, claim.job.job_id, claim.try_no, message, summary):
                 return False
-            await _mirror(session, claim.job, JobStatus.FAILED, message)
+            # the target row is its owner's to read: the sanitized summary, never the chain
+            await _mirror(session, claim.job, JobStatus.FAILED, summary)
             return True
 
     async def retry(

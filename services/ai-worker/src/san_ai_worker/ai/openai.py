@@ -1,4 +1,5 @@
-"""`OpenAICompatibleProvider`: JSON-schema chat completions and embeddings over HTTP (SPEC §8)."""
+"""`OpenAICompatibleProvider`: JSON-schema chat completions and embeddings over HTTP
+(docs/reference/job-rules.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Answers of the AI (wire names of SPEC §8) and the inputs the providers take."""
+"""Answers of the AI (wire names of docs/reference/job-rules.md §8) and the inputs the providers
+take."""
 
 from __future__ import annotations
 

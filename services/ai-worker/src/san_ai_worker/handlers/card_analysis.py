@@ -1,4 +1,5 @@
-"""CARD_ANALYSIS: scrap text → AI analysis + embedding → knowledge card (SPEC §3.1).
+"""CARD_ANALYSIS: scrap text → AI analysis + embedding → knowledge card (docs/reference/job-rules.md
+§3.1).
 
 Two AI calls. When the chat call succeeded and the embedding call failed, the failure
 carries the analysis as the job's checkpoint, so the next try only asks for the embedding

@@ -1,4 +1,5 @@
-"""RECALL_QUIZ_GENERATION: the day's cards → AI quizzes of the requested types (SPEC §3.4)."""
+"""RECALL_QUIZ_GENERATION: the day's cards → AI quizzes of the requested types
+(docs/reference/job-rules.md §3.4)."""
 
 from __future__ import annotations
 

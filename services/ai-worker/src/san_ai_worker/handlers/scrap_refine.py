@@ -1,4 +1,5 @@
-"""SCRAP_REFINE: the AI rewrites the scrap into clean text, stored on the scrap (SPEC §3.1)."""
+"""SCRAP_REFINE: the AI rewrites the scrap into clean text, stored on the scrap
+(docs/reference/job-rules.md §3.1)."""
 
 from __future__ import annotations
 

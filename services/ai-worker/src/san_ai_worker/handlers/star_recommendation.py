@@ -1,5 +1,5 @@
 """GITHUB_STAR_RECOMMENDATION: the user's GitHub stars + what they are learning → the AI's
-picks, with reasons (SPEC §3.5). The job's target is the user.
+picks, with reasons (docs/reference/job-rules.md §3.5). The job's target is the user.
 
 Every star is read (`Link` pagination, 100 per page); the AI sees at most `MAX_STARS`
 of them (the most recently starred, GitHub's order) so one prompt stays a sane size. The

@@ -1,4 +1,5 @@
-"""TIL_GENERATION: the day's cards → AI TIL document + embedding → `daily_summaries` (SPEC §3.2)."""
+"""TIL_GENERATION: the day's cards → AI TIL document + embedding → `daily_summaries`
+(docs/reference/job-rules.md §3.2)."""
 
 from __future__ import annotations
 

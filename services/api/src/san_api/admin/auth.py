@@ -1,4 +1,5 @@
-"""The operator role (SPEC §2.6b): every /admin route depends on `CurrentOperator`.
+"""The operator role (docs/reference/job-rules.md §2.6b): every /admin route depends on
+`CurrentOperator`.
 
 An operator is a bearer token (header, or the console's HttpOnly cookie) whose claims carry
 `role: operator` (or `roles: [..., "operator"]`), or — only when `ADMIN_PROXY_HEADER` is set —

@@ -1,1 +1,1 @@
-"""Bearer JWT authentication (SPEC §8)."""
+"""Bearer JWT authentication (docs/reference/job-rules.md §8)."""

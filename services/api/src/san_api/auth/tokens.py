@@ -1,5 +1,5 @@
-"""Bearer JWTs (SPEC §8): HS256 with `AUTH_JWT_SECRET`, or RS256/ES256 from an external
-identity provider's JWKS (a URL or a file). Every token must carry `exp`, and live no
+"""Bearer JWTs (docs/reference/job-rules.md §8): HS256 with `AUTH_JWT_SECRET`, or RS256/ES256 from
+an external identity provider's JWKS (a URL or a file). Every token must carry `exp`, and live no
 longer than `AUTH_JWT_MAX_LIFETIME_SECONDS`; `iss` and `aud` are checked when configured.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import jwt
 from jwt.exceptions import InvalidSubjectError
@@ -17,7 +18,8 @@ from san_api.settings import ApiSettings
 
 ALGORITHM = "HS256"
 MAX_SUBJECT_LENGTH = 255
-# The operator console's role (SPEC §2.6b): `role: operator` or `roles: [..., "operator"]`.
+# The operator console's role (docs/reference/job-rules.md §2.6b): `role: operator` or `roles: [...,
+# "operator"]`.
 OPERATOR_ROLE = "operator"
 
 
@@ -101,10 +103,12 @@ class TokenVerifier:
                 options={
                     "require": ["sub", "exp", *(["iss"] if self.issuer else [])],
                     "verify_aud": bool(self.audience),
+                    # checked below, after their types: pyjwt takes anything int() takes
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
                 },
             )
-        except jwt.ExpiredSignatureError as exc:
-            raise InvalidToken("the token has expired") from exc
         except jwt.MissingRequiredClaimError as exc:
             raise InvalidToken(f"the token has no '{exc.claim}' claim") from exc
         except InvalidSubjectError as exc:
@@ -115,16 +119,34 @@ class TokenVerifier:
             raise InvalidToken("the token is not meant for this API (audience)") from exc
         except jwt.InvalidTokenError as exc:
             raise InvalidToken("the token is not valid") from exc
+        self._check_times(claims)
         expires = self._check_lifetime(claims)
         verified = Claims(_subject(claims.get("sub")), _roles(claims))
         self._verified.remember(token, verified, expires + self.leeway_seconds)
         return verified
 
+    def _check_times(self, claims: dict[str, object]) -> None:
+        """`exp`, `nbf` and `iat` are NumericDates (RFC 7519): numbers, else the token is
+        refused saying which; then the token must be valid now, give or take the leeway."""
+        times: dict[str, float] = {}
+        for name in ("exp", "nbf", "iat"):
+            if name in claims:
+                value = claims[name]
+                if not _is_number(value):
+                    raise InvalidToken(f"the token's '{name}' claim must be a number")
+                times[name] = value
+        now, leeway = time.time(), self.leeway_seconds
+        if times["exp"] <= now - leeway:
+            raise InvalidToken("the token has expired")
+        if times.get("nbf", now) > now + leeway or times.get("iat", now) > now + leeway:
+            raise InvalidToken("the token is not valid yet")
+
     def _check_lifetime(self, claims: dict[str, object]) -> float:
         """The token's `exp`, once its lifetime is within the maximum."""
-        exp, iat = claims.get("exp"), claims.get("iat")
-        start = iat if isinstance(iat, int | float) else time.time()
-        assert isinstance(exp, int | float)  # pyjwt checked it is a number
+        exp, iat = claims["exp"], claims.get("iat")
+        start = iat if _is_number(iat) else time.time()
+        if not _is_number(exp):  # _check_times refused it; for the type checker
+            raise InvalidToken("the token's 'exp' claim must be a number")
         if exp - start > self.max_lifetime_seconds + self.leeway_seconds:
             raise InvalidToken(
                 f"the token lives longer than the maximum of {self.max_lifetime_seconds} seconds"
@@ -152,6 +174,10 @@ def token_verifier(settings: ApiSettings) -> TokenVerifier:
         algorithms=algorithms,
         cache_seconds=settings.auth_jwt_cache_seconds,
     )
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _subject(subject: object) -> str:

@@ -1,4 +1,4 @@
-"""Reading knowledge cards and their neighbours (SPEC §3.1)."""
+"""Reading knowledge cards and their neighbours (docs/reference/job-rules.md §3.1)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ async def neighbours(
     exclude: Sequence[uuid.UUID],
 ) -> Neighbours:
     """The user's cards within `rule.threshold` cosine distance of `embedding`; if none, the
-    K nearest (`fallback`). Shared by similar cards and a TIL's recall cards (SPEC §3.1, §3.2)."""
+    K nearest (`fallback`). Shared by similar cards and a TIL's recall cards
+    (docs/reference/job-rules.md §3.1, §3.2)."""
     nearest = await repository.nearest(session, user_id, embedding, rule.k, exclude=exclude)
     within = [n for n in nearest if n.distance <= rule.threshold]
     return Neighbours(

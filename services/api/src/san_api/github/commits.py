@@ -1,5 +1,5 @@
-"""`POST /til/{summaryId}/github-commits` (SPEC §3.3): the six checks, in order, each with
-its own error, then the commit row and its job in the request's transaction.
+"""`POST /til/{summaryId}/github-commits` (docs/reference/job-rules.md §3.3): the six checks, in
+order, each with its own error, then the commit row and its job in the request's transaction.
 
 1. the TIL is COMPLETED (else TIL_NOT_COMPLETED, 400);
 2. GitHub is linked (GITHUB_NOT_LINKED, 400);

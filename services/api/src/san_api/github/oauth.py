@@ -1,4 +1,4 @@
-"""The OAuth web flow (SPEC §4), bound to the user who started it.
+"""The OAuth web flow (docs/reference/job-rules.md §4), bound to the user who started it.
 
 An unguessable single-use `state` names the user who started the flow; PKCE (S256) proves
 the code is exchanged by whoever asked for it. Only the state's SHA-256 is stored, with the
@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from san_api import errors
 from san_api.github import repository, service
 from san_api.github.clients import GithubServices
-from san_api.github.upstream import github_errors
+from san_api.github.upstream import github_errors, public_reason
 from san_api.settings import ApiSettings
 from san_common.crypto import DecryptionFailed, Purpose
 from san_common.github import (
@@ -118,5 +118,5 @@ async def complete(
                 redirect_uri=settings.github_oauth_redirect_url or None,
             )
         except GithubPermanentError as exc:
-            raise errors.OAuthCodeRejected(str(exc)) from None
+            raise errors.OAuthCodeRejected(public_reason(exc)) from None
     return await service.link(session, github, user_id, token)

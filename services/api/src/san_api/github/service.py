@@ -1,4 +1,4 @@
-"""Linking a GitHub account and connecting repositories (SPEC §4).
+"""Linking a GitHub account and connecting repositories (docs/reference/job-rules.md §4).
 
 A token is validated with `GET /user` before it is stored, and stored only encrypted,
 bound to the user (san_common.crypto). A repository is checked with `GET /repos/{o}/{r}`:

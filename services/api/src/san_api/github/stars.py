@@ -1,5 +1,5 @@
-"""`POST/GET /github-star-recommendations` (SPEC §3.5). The job's target is the user; the
-ai-worker replaces the user's recommendations when a job completes, so the newest
+"""`POST/GET /github-star-recommendations` (docs/reference/job-rules.md §3.5). The job's target is
+the user; the ai-worker replaces the user's recommendations when a job completes, so the newest
 completed job's rows are the ones served."""
 
 from __future__ import annotations

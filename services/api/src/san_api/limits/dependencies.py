@@ -1,4 +1,5 @@
-"""Per-user rate limits and active-job quotas of the job-creating endpoints (SPEC §6).
+"""Per-user rate limits and active-job quotas of the job-creating endpoints
+(docs/reference/job-rules.md §6).
 
 `job_limits(bucket, jobs)` gives a route two dependencies, run in this order before the
 endpoint: a token bucket per user and endpoint (one statement on a connection of the API's

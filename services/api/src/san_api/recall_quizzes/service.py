@@ -1,4 +1,5 @@
-"""Recall quizzes (SPEC §3.4): starting a generation for a day, reading its quizzes."""
+"""Recall quizzes (docs/reference/job-rules.md §3.4): starting a generation for a day, reading its
+quizzes."""
 
 from __future__ import annotations
 

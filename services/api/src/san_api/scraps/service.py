@@ -1,4 +1,5 @@
-"""Saving a scrap (SPEC §3.1): normalize, dedup per user, register the AI jobs."""
+"""Saving a scrap (docs/reference/job-rules.md §3.1): normalize, dedup per user, register the AI
+jobs."""
 
 from __future__ import annotations
 

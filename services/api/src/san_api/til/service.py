@@ -1,4 +1,5 @@
-"""TIL documents (SPEC §3.2): starting a generation, reading TILs and their recall cards."""
+"""TIL documents (docs/reference/job-rules.md §3.2): starting a generation, reading TILs and their
+recall cards."""
 
 from __future__ import annotations
 

@@ -1,16 +1,20 @@
 from __future__ import annotations
 
 import uuid
-import zoneinfo
 from datetime import datetime
 from functools import lru_cache
+from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 @lru_cache(maxsize=1)
 def _known_zones() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones())
+    """The IANA database's zone names, from the `tzdata` package SAN pins: not the host's
+    zone directory, whose `localtime` (the server's own zone) and `posixrules` are files,
+    not zones, and not `Factory` (a placeholder with no offset of its own)."""
+    names = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8").split()
+    return frozenset(names) - {"Factory"}
 
 
 class Me(BaseModel):

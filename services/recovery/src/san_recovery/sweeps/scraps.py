@@ -1,5 +1,5 @@
 """Orphan scraps (no knowledge card) and unrefined scraps (no refined content) with no
-job of the matching type on its way → register one (SPEC §2.7)."""
+job of the matching type on its way → register one (docs/reference/job-rules.md §2.7)."""
 
 from __future__ import annotations
 

@@ -136,7 +136,8 @@ def upgrade() -> None:
             "status IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")", name="status"
         ),
     )
-    # SPEC §2.2, verbatim: the database, not the application, forbids duplicate active jobs.
+    # docs/reference/job-rules.md §2.2: the database, not the application, forbids duplicate active
+    # jobs.
     op.execute(
         "CREATE UNIQUE INDEX uk_async_jobs_active_target_job_type "
         "ON async_jobs (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING')"
