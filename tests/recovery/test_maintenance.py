@@ -100,6 +100,33 @@ async def test_purged_messages_are_republished_once_on_the_second_sighting(
     assert await check.run_once() == 0
 
 
+async def test_two_replicas_republish_each_missing_message_once(
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fresh_sessions: async_sessionmaker[AsyncSession],
+    depths: QueueDepths,
+) -> None:
+    jobs = await register_many(fresh_sessions, 8)
+    await _publish_all(fresh_db_url, amqp_url, topology, fresh_sessions)
+    await _purge(amqp_url, topology.queue_name(JobType.CARD_ANALYSIS))
+    await _past_grace()
+    other_depths = QueueDepths(amqp_url)
+    try:
+        replicas = [
+            StrandedCheck(fresh_sessions, reader, topology, grace=GRACE)
+            for reader in (depths, other_depths)
+        ]
+        republished = 0
+        for _ in range(4):  # both at once, again and again: each sees, suspects, confirms
+            rounds = await asyncio.gather(*(r.run_once() for r in replicas))
+            republished += sum(rounds)
+    finally:
+        await other_depths.close()
+    assert republished == 8
+    assert await _messages_of(fresh_sessions, jobs) == 16
+
+
 async def test_messages_in_the_queue_are_never_republished(
     fresh_db_url: str,
     amqp_url: str,
