@@ -4,11 +4,11 @@ message — like River's job rescuer or Oban's lifeline, not a once-an-hour jani
 
 A maintenance task (every `RECOVERY_RESCUE_SECONDS`); `FOR UPDATE SKIP LOCKED` makes
 replicas take disjoint jobs and skip a job a worker is settling that very moment. The job
-goes back to PENDING (its target row's mirrored status too) and the lost try ends
-`lease_lost`; the next claim increments `tries`, so whatever the lost worker writes later
-is fenced out. The new outbox row wakes the relay (its trigger NOTIFYs at commit). A job
-that keeps losing its worker spends its tries: the worker that claims it after the last
-one fails it.
+goes back to PENDING (`lifecycle.rescue_expired`: its target row's mirrored status too) and
+the lost try ends `lease_lost`; the next claim increments `tries`, so whatever the lost
+worker writes later is fenced out. The new outbox row wakes the relay (its trigger NOTIFYs
+at commit). A job that keeps losing its worker spends its tries: the worker that claims it
+after the last one fails it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.jobs import registry
-from san_common.jobs import repository as jobs
-from san_common.jobs.types import JobStatus
+from san_common.jobs import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +36,7 @@ class LeaseRescuer:
 
     async def rescue_once(self) -> int:
         async with self._sessions() as session, session.begin():
-            rescued = await jobs.rescue_expired(session, limit=self._batch)
-            for job in rescued:
-                spec = registry.find(job.job_type)
-                if spec is not None and spec.mirror is not None:
-                    await spec.mirror.set(session, job.target_id, JobStatus.PENDING.value)
+            rescued = await lifecycle.rescue_expired(session, limit=self._batch)
         for job in rescued:
             log.info(
                 "job rescued: lease expired, claimable again",

@@ -186,6 +186,7 @@ async def overview(
         if cell.status in count:
             count[cell.status] += cell.count
     active = sum(c.count for c in stats.totals if c.status in ("PENDING", "PROCESSING"))
+    superseded = await service.superseded_since(session, stats.since)
     return _page(
         request,
         "overview.html",
@@ -193,7 +194,8 @@ async def overview(
         "Overview",
         overview={
             "completed": count["COMPLETED"],
-            "failed": count["FAILED"],
+            "failed": count["FAILED"] - superseded,
+            "superseded": superseded,
             "active": active,
             "hours": hours,
         },
