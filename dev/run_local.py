@@ -2,7 +2,9 @@
 
 Starts an embedded PostgreSQL (unless DATABASE_URL is set) and RabbitMQ (when AMQP_URL
 points at this machine, nothing answers there and it is installed), migrates, then runs
-every service as its own OS process with their logs interleaved here. Ctrl-C (or SIGTERM)
+every service as its own OS process with their logs interleaved here. Without
+AMQP_PREFIX, the queues get a prefix of the data directory's own, so stacks of different
+data directories share a broker without sharing queues. Ctrl-C (or SIGTERM)
 drains and stops them all; if one dies, the others are stopped too.
 """
 
@@ -35,6 +37,13 @@ def main() -> int:
     env.setdefault("DATA_DIR", str(DATA))
     env.setdefault("LOG_FORMAT", "console")
     env.setdefault("AMQP_URL", DEFAULT_AMQP_URL)
+    if not env.get("AMQP_PREFIX"):
+        env["AMQP_PREFIX"] = prefix_of(Path(env["DATA_DIR"]))
+        print(
+            f"run: AMQP_PREFIX={env['AMQP_PREFIX']} (this data directory's own; set"
+            " AMQP_PREFIX to choose another)",
+            flush=True,
+        )
     try:  # first: nothing is started yet that would need stopping
         ensure_rabbitmq(env["AMQP_URL"])
     except BrokerUnavailable as exc:
@@ -110,6 +119,16 @@ def main() -> int:
         server.cleanup()
     print("run: stopped", flush=True)
     return exit_code
+
+
+def prefix_of(data_dir: Path) -> str:
+    """A queue prefix of this data directory's own: each `make run` stack has its own
+    database there, so two stacks on one broker must not share queues (their workers would
+    dead-letter each other's messages as foreign)."""
+    import hashlib
+
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:10]
+    return f"san-{digest}"
 
 
 def _present(module: str) -> bool:

@@ -117,12 +117,20 @@ class Unreachable(SystemExit):
         super().__init__(EXIT_UNREACHABLE)
 
 
+class StartupRefused(Exception):
+    """The service must not run as configured (its message says why and what to change):
+    one line on stderr, exit code 2."""
+
+
 def run(prog: str, main: Coroutine[Any, Any, object]) -> None:
-    """`asyncio.run(main)` on uvloop where it is installed; a connection error escaping it
-    ends the process with one line."""
+    """`asyncio.run(main)` on uvloop where it is installed; a connection error or a refusal
+    escaping it ends the process with one line."""
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(main)
+    except StartupRefused as exc:
+        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE) from None
     except CONNECTION_ERRORS as exc:
         print(f"{prog}: lost a connection it needs ({describe(exc)})", file=sys.stderr)
         raise SystemExit(EXIT_UNREACHABLE) from None

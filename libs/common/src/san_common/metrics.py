@@ -78,7 +78,7 @@ STRANDED_REPUBLISHED = Counter(
 )
 
 JOB_OUTCOMES = ("completed", "failed", "lease_lost")
-DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable")
+DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable", "foreign", "unknown-job")
 
 
 def init_worker_series(job_types: Iterable[str]) -> None:

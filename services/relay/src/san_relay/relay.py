@@ -35,12 +35,14 @@ from aio_pika.abc import (
 from aiormq import spec
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common import metrics, tracing
+from san_common import deployment, metrics, tracing
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
-from san_common.broker.topology import Topology, declare_topology
+from san_common.broker.ownership import hold_prefix
+from san_common.broker.topology import Topology, adopt_legacy_dead_letters, declare_topology
 from san_common.cli import describe
 from san_common.db.engine import bound_engine, plain_url
+from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.errors import is_connection_loss
 from san_common.outages import BROKER, DATABASE
 from san_common.retry import ROUND_BACKOFF, Retry
@@ -83,6 +85,9 @@ class Relay:
         self.ready = asyncio.Event()
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
+        # read from the database once (at start, or by the first round); every message
+        # carries it
+        self._deployment_id: str | None = None
 
     def broker_connected(self) -> bool:
         """Readiness: the publishing connection and channel are open (no new connection)."""
@@ -93,12 +98,24 @@ class Relay:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._deployment_id = await deployment.identity(self._sessions)
         connection = await connect_robust(self._settings.amqp_url)
+        try:
+            # before anything is published: never onto another deployment's queues
+            await hold_prefix(connection, self._topology, self._deployment_id)
+        except BaseException:
+            await connection.close()
+            raise
         await self._ensure_listener()
         observer = asyncio.create_task(self._observe_periodically(stop, connection))
         rounds: list[asyncio.Task[None]] = []
         try:
             channel = await self.open_channel(connection)
+            if moved := await adopt_legacy_dead_letters(connection, self._topology):
+                log.info(
+                    "dead letters moved from the earlier quorum dead-letter queue",
+                    extra={"fields": {"moved": moved, "to": self._topology.dead_letter_queue}},
+                )
             self._connection, self._channel = connection, channel
             self.ready.set()
             log.info("relay running")
@@ -176,6 +193,8 @@ class Relay:
 
     async def publish_once(self, channel: AbstractChannel) -> int:
         """Publish one batch; returns how many rows were confirmed and marked."""
+        if self._deployment_id is None:
+            self._deployment_id = await deployment.identity(self._sessions)
         async with self._engine.begin() as connection:
             batch = await repository.claim_unpublished(connection, self._settings.relay_batch_size)
             self._next_due = (
@@ -222,6 +241,8 @@ class Relay:
         # tenth of the relay's CPU (docs/performance.md). Same frames, same confirms.
         underlay = await channel.get_underlay_channel()
         timeout = self._settings.relay_publish_timeout_seconds
+        assert self._deployment_id is not None  # read by publish_once
+        deployment_id = self._deployment_id
 
         async def publish(row: Pending) -> int:
             exchange = await self._exchange(channel, row.exchange)
@@ -244,6 +265,7 @@ class Relay:
                         **row.headers,
                         **envelope_trace,
                         **tracing.current_trace_context(),
+                        DEPLOYMENT_HEADER: deployment_id,
                     },
                 )
                 await underlay.basic_publish(

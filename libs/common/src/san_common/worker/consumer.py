@@ -16,10 +16,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from datetime import UTC, datetime
+from typing import Any
 
 import aio_pika
-import aiormq
 from aio_pika.abc import (
     AbstractChannel,
     AbstractExchange,
@@ -27,64 +27,23 @@ from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustConnection,
 )
-from aio_pika.exceptions import ChannelInvalidStateError
-from aiormq import spec
-from aiormq.abc import ChannelFrame
 
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
-from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
+from san_common.broker.ownership import hold_prefix
+from san_common.broker.topology import (
+    DEAD_LETTERED_AT_HEADER,
+    DETAIL_HEADER,
+    REASON_HEADER,
+    SOURCE_QUEUE_HEADER,
+    Topology,
+    declare_topology,
+)
 from san_common.errors import is_connection_loss
 from san_common.outages import DATABASE
-from san_common.worker.batching import Batcher
 from san_common.worker.pauses import PausedTypes
 
 log = logging.getLogger("san_common.worker")
-
-
-class Acks:
-    """The acks of the jobs that finish together, written together.
-
-    A completion batch settles its jobs at one moment, and each `IncomingMessage.ack` is a
-    trip of its own through aiormq's write queue, one socket write and one drain. Here the
-    acks asked for while the previous write is under way go out as one write: each is still
-    its own `basic.ack` of its own delivery tag — never `multiple`, which would also settle
-    the deliveries still running below the tag — sent after its job's outcome committed."""
-
-    def __init__(self) -> None:
-        self._batcher: Batcher[AbstractIncomingMessage, None] = Batcher(self._write)
-
-    async def ack(self, message: AbstractIncomingMessage) -> None:
-        await self._batcher.submit(message)
-
-    @staticmethod
-    async def _write(messages: Sequence[AbstractIncomingMessage]) -> list[BaseException | None]:
-        results: list[BaseException | None] = [None] * len(messages)
-        by_channel: dict[int, tuple[aiormq.Channel, list[int]]] = {}
-        for i, message in enumerate(messages):
-            try:
-                channel = cast(aiormq.Channel, message.channel)  # the one it came on
-            except ChannelInvalidStateError as exc:  # closed: the broker redelivers it
-                results[i] = exc
-                continue
-            by_channel.setdefault(id(channel), (channel, []))[1].append(i)
-        for channel, indexes in by_channel.values():
-            tags = [cast(int, messages[i].delivery_tag) for i in indexes]
-            # the channel's own future: failed by aiormq if the channel closes meanwhile
-            written = channel.create_future()
-            try:
-                await channel.write_queue.put(
-                    ChannelFrame.marshall(
-                        channel.number,
-                        [spec.Basic.Ack(delivery_tag=tag) for tag in tags],
-                        drain_future=written,
-                    )
-                )
-                await written
-            except Exception as exc:
-                for i in indexes:
-                    results[i] = exc
-        return results
 
 
 class AmqpDelivery:
@@ -95,12 +54,12 @@ class AmqpDelivery:
         message: AbstractIncomingMessage,
         dead_letters: AbstractExchange,
         job_type: str,
-        acks: Acks,
+        queue: str,
     ) -> None:
         self._message = message
         self._dead_letters = dead_letters
         self._job_type = job_type
-        self._acks = acks
+        self._queue = queue
 
     @property
     def body(self) -> bytes:
@@ -116,20 +75,30 @@ class AmqpDelivery:
         return count if isinstance(count, int) else 0
 
     async def ack(self) -> None:
-        await self._acks.ack(self._message)
+        # its own delivery only: `multiple` would also settle the deliveries still
+        # running below its tag (lost if the worker dies)
+        await self._message.ack()
 
     async def requeue(self) -> None:
         await self._message.nack(requeue=True)
 
-    async def dead_letter(self, reason: str) -> None:
-        """Republish to the DLX with the reason (confirmed), then ack; if that fails, reject,
-        and the queue's own dead-lettering takes it (with `x-death`, without our reason)."""
+    async def dead_letter(self, kind: str, reason: str) -> None:
+        """Republish to the DLX with the reason, time and source queue (confirmed), then
+        ack; if that fails, reject, and the queue's own dead-lettering takes it (with
+        `x-death`, without our reason)."""
         original = self._message
+        headers = {
+            **(original.headers or {}),
+            REASON_HEADER: kind,
+            DETAIL_HEADER: reason[:500],
+            DEAD_LETTERED_AT_HEADER: datetime.now(UTC),
+            SOURCE_QUEUE_HEADER: self._queue,
+        }
         try:
             await self._dead_letters.publish(
                 aio_pika.Message(
                     body=original.body,
-                    headers={**(original.headers or {}), REASON_HEADER: reason[:500]},
+                    headers=headers,
                     content_type=original.content_type,
                     message_id=original.message_id,
                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
@@ -170,7 +139,6 @@ class Consumer:
         self._drain_seconds = drain_seconds
         self._handle = handle
         self._slots = asyncio.Semaphore(prefetch)
-        self._acks = Acks()
         self._inflight: set[asyncio.Task[None]] = set()
         self._draining = False
         self.connected = asyncio.Event()
@@ -189,12 +157,14 @@ class Consumer:
             and not self._channel.is_closed
         )
 
-    async def run(self, stop: asyncio.Event, *, worker_id: str) -> None:
-        """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
+    async def run(self, stop: asyncio.Event, *, worker_id: str, deployment_id: str) -> None:
+        """Hold the prefix for `deployment_id` (`PrefixInUse` if another deployment does),
+        consume until `stop` is set, then drain: take nothing new, let in-flight jobs
         finish for up to `drain_seconds`, then cancel the rest (the executor releases their
         jobs and requeues their messages)."""
         connection = await connect_robust(self._amqp_url)
         try:
+            await hold_prefix(connection, self._topology, deployment_id)
             # Confirms: a dead letter republished with its reason is acked only once the
             # broker has it.
             channel = await connection.channel(publisher_confirms=True)
@@ -297,8 +267,10 @@ class Consumer:
     def _receiver(
         self, dead_letters: AbstractExchange, job_type: str
     ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
+        queue = self._topology.queue_name(job_type)
+
         async def on_message(message: AbstractIncomingMessage) -> None:
-            self._start(AmqpDelivery(message, dead_letters, job_type, self._acks))
+            self._start(AmqpDelivery(message, dead_letters, job_type, queue))
 
         return on_message
 

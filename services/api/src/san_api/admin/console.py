@@ -362,8 +362,15 @@ async def _dead_letter_post(
         return _back("/admin/dead-letters", f"invalid: {exc.errors()[0]['msg']}", error=True)
     except AppError as exc:
         return _back("/admin/dead-letters", exc.detail, error=True)
-    verb = "re-driven" if action == "redrive" else "purged"
-    return _back("/admin/dead-letters", f"{result.count} dead letter(s) {verb}")
+    if action == "purge":
+        return _back("/admin/dead-letters", f"{result.count} dead letter(s) purged")
+    notice = (
+        f"{result.count} re-driven, {result.notRedrivable} not re-drivable, {result.failed} failed"
+    )
+    left = [i for i in result.items if i.result in ("not-redrivable", "failed")]
+    if left:  # the first one's reason; the list shows them all still there
+        notice += f" ({left[0].result}: {left[0].reason})"
+    return _back("/admin/dead-letters", notice, error=bool(left) or not result.items)
 
 
 @router.post("/dead-letters/redrive")
