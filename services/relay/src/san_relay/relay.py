@@ -30,9 +30,9 @@ import asyncpg
 from aio_pika.abc import (
     AbstractChannel,
     AbstractConnection,
+    AbstractExchange,
     AbstractRobustConnection,
 )
-from aiormq import spec
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import deployment, metrics, tracing
@@ -78,7 +78,7 @@ class Relay:
         self._last_published_round: float | None = None
         self._topology = topology
         self._wakeup = asyncio.Event()
-        self._exchanges: set[str] = set()
+        self._exchanges: dict[str, AbstractExchange] = {}
         self._listener: asyncpg.Connection | None = None
         self._listening = asyncio.Lock()
         self._backlog = asyncio.Event()  # a round found a full batch: the others join in
@@ -236,10 +236,6 @@ class Relay:
         """The ids the broker confirmed, and the first failure's description (the round's
         one warning names it; a line per message would flood the log in an outage)."""
 
-        # aiormq's channel under aio-pika's, taken once a round: aio-pika's Exchange.publish
-        # awaits the robust connection's readiness and builds a Message for every row, a
-        # tenth of the relay's CPU (docs/performance.md). Same frames, same confirms.
-        underlay = await channel.get_underlay_channel()
         timeout = self._settings.relay_publish_timeout_seconds
         assert self._deployment_id is not None  # read by publish_once
         deployment_id = self._deployment_id
@@ -255,12 +251,13 @@ class Relay:
                 parent=envelope_trace,
                 attributes={"messaging.message.id": str(row.message_id)},
             ):
-                properties = spec.Basic.Properties(
+                message = aio_pika.Message(
+                    row.body,
                     content_type="application/json",
-                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT.value,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                     message_id=str(row.message_id),
                     timestamp=row.created_at,
-                    message_type=row.routing_key,
+                    type=row.routing_key,
                     headers={
                         **row.headers,
                         **envelope_trace,
@@ -268,11 +265,9 @@ class Relay:
                         DEPLOYMENT_HEADER: deployment_id,
                     },
                 )
-                await underlay.basic_publish(
-                    row.body,
-                    exchange=exchange,
+                await exchange.publish(
+                    message,
                     routing_key=row.routing_key,
-                    properties=properties,
                     mandatory=True,  # unroutable comes back: the channel raises it
                     timeout=timeout,
                 )
@@ -285,13 +280,13 @@ class Relay:
         failures = [r for r in results if isinstance(r, BaseException)]
         return confirmed, describe(failures[0]) if failures else None
 
-    async def _exchange(self, channel: AbstractChannel, logical_name: str) -> str:
-        """The broker's name of a logical exchange, checked to exist once per channel."""
+    async def _exchange(self, channel: AbstractChannel, logical_name: str) -> AbstractExchange:
+        """A logical exchange, checked to exist once."""
         name = self._topology.exchange_for(logical_name)
-        if name not in self._exchanges:
-            await channel.get_exchange(name, ensure=True)
-            self._exchanges.add(name)
-        return name
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            exchange = self._exchanges[name] = await channel.get_exchange(name, ensure=True)
+        return exchange
 
     async def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
