@@ -1,7 +1,7 @@
 """the AI usage ledger and per-user budget overrides
 
-Revision ID: 0012_ai_usage
-Revises: 0011_deployment_identity
+Revision ID: 0013_ai_usage
+Revises: 0012_worker_presence
 
 `ai_usage` has one row per AI call that answered (job, try, model, tokens, latency, cost);
 `user_budgets` an operator's override of a user's budget (docs/operations.md, "Budgets").
@@ -10,8 +10,8 @@ Revises: 0011_deployment_identity
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012_ai_usage"
-down_revision = "0011_deployment_identity"
+revision = "0013_ai_usage"
+down_revision = "0012_worker_presence"
 branch_labels = None
 depends_on = None
 
