@@ -111,6 +111,13 @@ class FakeAiServer(LoopbackServer):
                 totals["completion"] += usage["completion_tokens"]
         return totals
 
+    def forget(self) -> None:
+        """Forget the usage reported and the connections closed so far (the server is
+        shared by a test session; a test counts from here)."""
+        with self._lock:
+            self._usage.clear()
+            self._closed_early = 0
+
     @property
     def closed_early(self) -> int:
         """How many "hang" requests saw their client close the connection while held."""

@@ -103,6 +103,8 @@ async def start_system(
     )
     ai.set_fault(None)
     ai.chat_override = None
+    ai.usage_supported = True
+    ai.forget()
     app = create_app(
         api_settings(
             db_url,
