@@ -67,6 +67,10 @@ OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
+QUOTAS = "libs/common/src/san_common/quotas.py"
+GITHUB_QUOTA = (
+    "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
+)
 JOB_TYPE_E2E = (
     "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
 )
@@ -1036,6 +1040,12 @@ MUTATIONS = (
             "tests/e2e/test_startup_errors.py"
             "::test_make_run_on_a_busy_port_fails_fast_with_one_line",
         ),
+    ),
+    Mutation(
+        "quota-ignored",
+        "the upstream budget is read but every call is admitted",
+        (Edit(QUOTAS, "(rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok", "true AS req_ok"),),
+        (GITHUB_QUOTA,),
     ),
 )
 
