@@ -83,6 +83,21 @@ class ApiSettings(GithubAccessSettings):
         "consumers, unacked); empty: passive declares (depth and consumers only)",
     )
     sse_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
+    # Event streams (san_api.job_events, docs/security.md "Event streams")
+    sse_streams_per_user: int = Field(
+        default=10, ge=1, description="Open job event streams one user may hold per API process"
+    )
+    sse_streams_max: int = Field(
+        default=200,
+        ge=1,
+        description="Open job event streams per API process; below HTTP_MAX_CONNECTIONS",
+    )
+    sse_stream_max_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="A stream is closed after this long; the client resumes with Last-Event-ID",
+    )
+    sse_retry_after_seconds: int = Field(default=10, ge=1)
     admin_bulk_limit: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @property
@@ -90,6 +105,13 @@ class ApiSettings(GithubAccessSettings):
         if self.api_docs_enabled is None:
             return self.san_env != "production"
         return self.api_docs_enabled
+
+    @model_validator(mode="after")
+    def _streams_below_connections(self) -> ApiSettings:
+        # streams are long-lived connections: at the cap, nothing else could be served
+        if self.sse_streams_max >= self.http_max_connections:
+            raise ValueError("SSE_STREAMS_MAX must be below HTTP_MAX_CONNECTIONS")
+        return self
 
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:
