@@ -52,6 +52,13 @@ class ApiSettings(GithubAccessSettings):
         default=30, ge=0, description="Bucket refill per user and endpoint"
     )
     rate_limit_jobs_burst: int = Field(default=10, ge=1, description="Bucket size")
+    rate_limit_github_per_minute: float = Field(
+        default=6,
+        ge=0,
+        description="Bucket refill per user and endpoint of the routes that call GitHub"
+        " (PUT /me/github, the OAuth flow, repository linking)",
+    )
+    rate_limit_github_burst: int = Field(default=5, ge=1, description="Their bucket size")
     active_jobs_max_per_user: int = Field(
         default=50, ge=1, description="PENDING/PROCESSING jobs one user may have"
     )
@@ -66,6 +73,9 @@ class ApiSettings(GithubAccessSettings):
         default="", description="Callback URL sent to GitHub; empty uses the OAuth app's own"
     )
     github_oauth_state_ttl_seconds: int = Field(default=600, ge=30, le=3600)
+    github_oauth_states_per_user: int = Field(
+        default=5, ge=1, le=100, description="Unused OAuth states kept per user; oldest go first"
+    )
     github_timeout_seconds: float = Field(default=10.0, gt=0)
     til_commit_max_path_suffix: int = Field(
         default=20, ge=0, le=1000, description="TIL/2026-12-02.md, then -1 … -N, then 409"

@@ -27,8 +27,10 @@ from san_common.jobs import registry
 from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AsyncJob,
+    GithubOAuthState,
     KnowledgeCard,
     OutboxMessage,
+    RateLimitBucket,
     Scrap,
     SweepRequest,
     SweepRun,
@@ -497,3 +499,44 @@ async def give_back_request(session: AsyncSession, request_id: int, attempt: int
     attempt stays counted: `attempts` is the fencing token, and a token used once is never
     handed out again."""
     return await _update_held(session, request_id, attempt, started_at=None, heartbeat_at=None)
+
+
+# -- per-request state of the API ---------------------------------------------------------------
+
+
+async def prune_idle_buckets(session: AsyncSession, *, idle_before: datetime, limit: int) -> int:
+    """Delete up to `limit` rate-limit buckets last taken before `idle_before`."""
+    doomed = (
+        select(RateLimitBucket.subject, RateLimitBucket.bucket)
+        .where(RateLimitBucket.updated_at < idle_before)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(RateLimitBucket).where(
+            tuple_(RateLimitBucket.subject, RateLimitBucket.bucket).in_(
+                select(doomed.c.subject, doomed.c.bucket)
+            ),
+            RateLimitBucket.updated_at < idle_before,
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def prune_spent_oauth_states(session: AsyncSession, *, now: datetime, limit: int) -> int:
+    """Delete up to `limit` OAuth states that can never be accepted again: used or expired."""
+    spent = (GithubOAuthState.used_at.is_not(None)) | (GithubOAuthState.expires_at <= now)
+    doomed = (
+        select(GithubOAuthState.state_hash)
+        .where(spent)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(GithubOAuthState).where(
+            GithubOAuthState.state_hash.in_(select(doomed.c.state_hash)), spent
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ user and the cap in that order.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +38,32 @@ from san_api.limits import repository
 from san_api.settings import ApiSettings
 
 
-class RateLimit:
-    """A token bucket: `RATE_LIMIT_JOBS_PER_MINUTE` refill, `RATE_LIMIT_JOBS_BURST` size."""
+@dataclass(frozen=True)
+class Budget:
+    burst: int
+    per_minute: float
 
-    def __init__(self, bucket: str) -> None:
-        self.bucket = bucket
+
+def jobs_budget(settings: ApiSettings) -> Budget:
+    return Budget(settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute)
+
+
+def github_budget(settings: ApiSettings) -> Budget:
+    return Budget(settings.rate_limit_github_burst, settings.rate_limit_github_per_minute)
+
+
+class RateLimit:
+    """A token bucket per user and `bucket`, sized by `budget`: by default the job-creating
+    endpoints' (`RATE_LIMIT_JOBS_BURST`, `RATE_LIMIT_JOBS_PER_MINUTE`)."""
+
+    def __init__(self, bucket: str, budget: Callable[[ApiSettings], Budget] = jobs_budget) -> None:
+        self.bucket, self.budget = bucket, budget
 
     async def __call__(self, request: Request, subject: SubjectDep, settings: SettingsDep) -> None:
         if not settings.rate_limit_enabled:
             return
-        burst, per_second = settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute / 60
+        budget = self.budget(settings)
+        burst, per_second = budget.burst, budget.per_minute / 60
         async with pooled_connection(request) as connection:
             left = await repository.take_token(
                 connection, subject, self.bucket, burst=burst, per_second=per_second
@@ -59,7 +75,7 @@ class RateLimit:
             )
         wait = max(1, math.ceil((1 - level) / per_second)) if per_second > 0 else 3600
         raise RateLimited(
-            f"at most {burst} requests at once and {settings.rate_limit_jobs_per_minute:g} per"
+            f"at most {burst} requests at once and {budget.per_minute:g} per"
             f" minute to this endpoint; retry in {wait} s",
             headers={"Retry-After": str(wait)},
             retryAfterSeconds=wait,
@@ -92,6 +108,12 @@ class ActiveJobQuota(JobQuota):
             return
         await repository.lock_user_jobs(session, user.user_id)
         self.refuse_beyond_cap(await repository.count_active_jobs(session, user.user_id), settings)
+
+
+def upstream_limit(bucket: str) -> list[Any]:
+    """The route dependency of an endpoint that calls GitHub or stores state per request:
+    `RATE_LIMIT_GITHUB_BURST` at once, `RATE_LIMIT_GITHUB_PER_MINUTE` refill, per user."""
+    return [Depends(RateLimit(bucket, github_budget))]
 
 
 def job_limits(bucket: str, *, jobs: int = 1) -> list[Any]:
