@@ -168,6 +168,8 @@ async def test_the_process_bound_refuses_with_503_beyond_it(
 def test_the_process_bound_must_be_below_the_connection_cap(db_url: str, amqp_url: str) -> None:
     with pytest.raises(ValueError, match="SSE_STREAMS_MAX must be below HTTP_MAX_CONNECTIONS"):
         api_settings(db_url, amqp_url, sse_streams_max=500, http_max_connections=500)
+    assert api_settings(db_url, amqp_url).streams_max == 200  # unset: 40 % of 500
+    assert api_settings(db_url, amqp_url, http_max_connections=3).streams_max == 1
 
 
 async def test_a_stream_past_its_lifetime_is_closed_and_resuming_loses_nothing(

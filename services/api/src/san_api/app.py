@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from san_api import docs, health, openapi
 from san_api.admin import console
 from san_api.admin.broker import BrokerAdmin
+from san_api.admin.csrf import ConsoleCsrfMiddleware
 from san_api.admin.endpoints import router as admin_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
@@ -80,7 +81,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         )
         app.state.stream_slots = StreamSlots(
             per_user=settings.sse_streams_per_user,
-            total=settings.sse_streams_max,
+            total=settings.streams_max,
             retry_after=settings.sse_retry_after_seconds,
         )
         app.state.broker_admin = BrokerAdmin(
@@ -119,6 +120,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     install_error_handlers(app)
     # innermost first: each add_middleware wraps the ones before it
     app.add_middleware(UnhandledErrorMiddleware)
+    app.add_middleware(ConsoleCsrfMiddleware, proxy_header=settings.admin_proxy_header)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
     app.add_middleware(BodyTimeoutMiddleware, seconds=settings.http_body_timeout_seconds)
     app.add_middleware(CapacityMiddleware)

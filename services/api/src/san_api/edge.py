@@ -59,6 +59,9 @@ def server_options(settings: ApiSettings) -> dict[str, Any]:
         ),
         "limit_concurrency": None,  # the protocol's cap instead: it spares the probes
         "timeout_keep_alive": settings.http_keep_alive_seconds,
+        # the client's address and scheme come from these proxies' X-Forwarded-* headers
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.api_forwarded_allow_ips,
         "server_header": False,
         "ws": "none",
     }
@@ -132,6 +135,7 @@ class CapacityMiddleware:
                 "the server has too many open connections; retry shortly",
                 headers=[(b"retry-after", str(BUSY_RETRY_AFTER_SECONDS).encode())],
                 close=True,
+                title="The server is busy; retry later",
             )
             return
         await self.app(scope, receive, send)
@@ -207,7 +211,7 @@ _TITLES = {
     500: "Internal error",
     503: "The database is unavailable; retry later",
 }
-_CODE_TITLES = {"SERVER_BUSY": "The server is busy; retry later"}
+
 
 
 async def send_problem(
@@ -219,11 +223,12 @@ async def send_problem(
     *,
     headers: list[tuple[bytes, bytes]] | None = None,
     close: bool = False,
+    title: str | None = None,
 ) -> None:
     body = json.dumps(
         {
             "type": f"https://san.example/problems/{code.lower().replace('_', '-')}",
-            "title": _CODE_TITLES.get(code, _TITLES[status]),
+            "title": title or _TITLES[status],
             "status": status,
             "detail": detail,
             "code": code,

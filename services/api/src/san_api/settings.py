@@ -40,6 +40,11 @@ class ApiSettings(GithubAccessSettings):
         gt=0,
         description="Longest wait on PostgreSQL for a connection, a connect or a statement",
     )
+    api_forwarded_allow_ips: str = Field(
+        default="127.0.0.1",
+        description="Proxies (IPs or CIDRs, comma-separated; * for any) whose X-Forwarded-For"
+        " and X-Forwarded-Proto are believed: the ingress or reverse proxy in front of the API",
+    )
     # The HTTP edge (san_api.edge, docs/security.md)
     http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576)
     http_header_timeout_seconds: float = Field(default=10, gt=0)
@@ -97,10 +102,11 @@ class ApiSettings(GithubAccessSettings):
     sse_streams_per_user: int = Field(
         default=10, ge=1, description="Open job event streams one user may hold per API process"
     )
-    sse_streams_max: int = Field(
-        default=200,
+    sse_streams_max: int | None = Field(
+        default=None,
         ge=1,
-        description="Open job event streams per API process; below HTTP_MAX_CONNECTIONS",
+        description="Open job event streams per API process, below HTTP_MAX_CONNECTIONS;"
+        " unset: 40 % of it",
     )
     sse_stream_max_seconds: float = Field(
         default=300,
@@ -116,10 +122,17 @@ class ApiSettings(GithubAccessSettings):
             return self.san_env != "production"
         return self.api_docs_enabled
 
+    @property
+    def streams_max(self) -> int:
+        """SSE_STREAMS_MAX, or 40 % of HTTP_MAX_CONNECTIONS: streams are long-lived
+        connections, and the rest must stay free for every other request."""
+        if self.sse_streams_max is not None:
+            return self.sse_streams_max
+        return max(1, self.http_max_connections * 2 // 5)
+
     @model_validator(mode="after")
     def _streams_below_connections(self) -> ApiSettings:
-        # streams are long-lived connections: at the cap, nothing else could be served
-        if self.sse_streams_max >= self.http_max_connections:
+        if self.sse_streams_max is not None and self.sse_streams_max >= self.http_max_connections:
             raise ValueError("SSE_STREAMS_MAX must be below HTTP_MAX_CONNECTIONS")
         return self
 

@@ -120,7 +120,9 @@ async def login(request: Request, settings: SettingsDep) -> Response:
         max_age=_COOKIE_MAX_AGE,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # Secure unless in local development: behind a TLS-terminating proxy the request's
+        # scheme is https only if the proxy is trusted (API_FORWARDED_ALLOW_IPS)
+        secure=settings.san_env != "development" or request.url.scheme == "https",
         path="/admin",
     )
     return response
