@@ -32,7 +32,7 @@ from benchmarks.peers.common import percentile
 from benchmarks.run import RESULTS, create_database, load_note
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.db.migrate import upgrade
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_relay import repository as outbox

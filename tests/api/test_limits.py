@@ -110,11 +110,12 @@ async def test_the_active_job_cap_counts_pending_and_processing_jobs_only(
 
         # jobs that finished no longer count
         async with sessions() as session, session.begin():
-            await session.execute(
-                update(AsyncJob)
-                .where(AsyncJob.target_id == uuid.UUID(saved[0]["scrapId"]))
-                .values(status="COMPLETED")
-            )
+            for status in ("PROCESSING", "COMPLETED"):  # claimed, then done
+                await session.execute(
+                    update(AsyncJob)
+                    .where(AsyncJob.target_id == uuid.UUID(saved[0]["scrapId"]))
+                    .values(status=status)
+                )
         await save_scrap(api, alice)
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from san_common.broker.topology import Topology
 from san_common.crypto import generate_key
-from san_common.jobs.types import AI_JOB_TYPES, GITHUB_JOB_TYPES, JobType
+from san_common.jobs import registry
 from tests.deploy import keda
 from tests.deploy.kustomize import (
     build,
@@ -46,7 +46,8 @@ OVERLAYS = {
     "local": K8S / "overlays" / "local",
     "production": K8S / "overlays" / "production",
 }
-WORKER_QUEUES = {"ai-worker": AI_JOB_TYPES, "github-worker": GITHUB_JOB_TYPES}
+# The services that run jobs: each consumer the registry names (san_common.jobs.registry).
+WORKERS = sorted({spec.consumer for spec in registry.all_specs()})
 SECRET_NAME = "san-secrets"
 _NUMERIC = ("_SECONDS", "_TRIES")
 
@@ -280,14 +281,16 @@ def test_the_migration_job_runs_san_migrate(rendered: list[Manifest]) -> None:
 
 
 def test_keda_scales_each_worker_on_exactly_its_queues(rendered: list[Manifest]) -> None:
+    """Each job type's queue is a trigger of the worker that consumes it (the registry's)."""
     prefix = named(rendered, "ConfigMap", "san-config")["data"]["AMQP_PREFIX"]
     topology = Topology(prefix)
     auths = {a["metadata"]["name"]: a for a in of_kind(rendered, "TriggerAuthentication")}
     scaled_objects = {
         s["spec"]["scaleTargetRef"]["name"]: s for s in of_kind(rendered, "ScaledObject")
     }
-    assert set(scaled_objects) == {f"san-{w}" for w in WORKER_QUEUES}
-    for worker, job_types in WORKER_QUEUES.items():
+    assert set(scaled_objects) == {f"san-{w}" for w in WORKERS}
+    for worker in WORKERS:
+        job_types = registry.job_types(worker)
         scaled = scaled_objects[f"san-{worker}"]
         deployment = named(rendered, "Deployment", f"san-{worker}")
         assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
@@ -305,7 +308,6 @@ def test_keda_scales_each_worker_on_exactly_its_queues(rendered: list[Manifest])
             assert ref["parameter"] == "host" and ref["name"] == SECRET_NAME
             assert ref["key"] in example_secret_keys()
         assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"]
-    assert set(AI_JOB_TYPES | GITHUB_JOB_TYPES) == set(JobType), "a job type no worker scales on"
 
 
 def test_disruption_budgets_cover_every_replicated_deployment(rendered: list[Manifest]) -> None:
@@ -329,7 +331,7 @@ def test_the_relay_runs_replicated(rendered: list[Manifest]) -> None:
 
 
 def test_grace_periods_outlast_the_longest_job(rendered: list[Manifest]) -> None:
-    for worker in WORKER_QUEUES:
+    for worker in WORKERS:
         deployment = named(rendered, "Deployment", f"san-{worker}")
         [container] = list(main_containers(deployment))
         env = container_env(rendered, container)

@@ -25,7 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-REPO = "libs/common/src/san_common/jobs/repository.py"
+LIFECYCLE = "libs/common/src/san_common/jobs/lifecycle.py"
+TRANSITIONS_MIGRATION = "libs/common/src/san_common/db/migrations/versions/0010_job_transitions.py"
+LIFECYCLE_TESTS = "tests/worker/test_lifecycle.py"
+SUPERSEDED_TESTS = "tests/admin/test_superseded.py"
 STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
@@ -85,13 +88,13 @@ MUTATIONS = (
         "fencing removed from the owned update (`_owned` no longer matches the try)",
         (
             Edit(
-                REPO,
-                "        AsyncJob.status == _PROCESSING,\n        AsyncJob.tries == try_no,\n",
-                "        AsyncJob.status == _PROCESSING,\n",
+                LIFECYCLE,
+                "_HELD = \"j.job_id = $1 AND j.status = 'PROCESSING' AND j.tries = $2\"",
+                "_HELD = \"j.job_id = $1 AND j.status = 'PROCESSING' AND $2::int IS NOT NULL\"",
             ),
-            Edit(REPO, "      AND j.tries = mine.try_no\n", ""),
+            Edit(LIFECYCLE, "      AND j.tries = mine.try_no\n", ""),
             Edit(
-                REPO,
+                LIFECYCLE,
                 "AND j.status = 'PROCESSING' AND j.tries = mine.try_no\n",
                 "AND j.status = 'PROCESSING'\n",
             ),
@@ -124,7 +127,7 @@ MUTATIONS = (
         "expired-lease takeover removed from the claim",
         (
             Edit(
-                REPO,
+                LIFECYCLE,
                 "WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR",
                 "WHEN 'PROCESSING' THEN j.lease_expires_at < now() - interval '100 years' OR",
             ),
@@ -136,10 +139,9 @@ MUTATIONS = (
         "the lease rescuer finds no expired lease",
         (
             Edit(
-                REPO,
-                ".where(AsyncJob.status == _PROCESSING, AsyncJob.lease_expires_at < _NOW)",
-                ".where(AsyncJob.status == _PROCESSING, AsyncJob.lease_expires_at < _NOW"
-                " - timedelta(days=36500))",
+                LIFECYCLE,
+                "WHERE status = 'PROCESSING' AND lease_expires_at < now()\n",
+                "WHERE status = 'PROCESSING' AND lease_expires_at < now() - interval '100 years'\n",
             ),
         ),
         (f"{LEASES}::test_the_rescuer_makes_expired_jobs_claimable_under_the_same_id",),
@@ -161,7 +163,7 @@ MUTATIONS = (
         "a COMPLETED job claimable again (duplicate delivered after the first completed)",
         (
             Edit(
-                REPO,
+                LIFECYCLE,
                 "        ELSE false\n",
                 "        WHEN 'COMPLETED' THEN true\n        ELSE false\n",
             ),
@@ -362,7 +364,7 @@ MUTATIONS = (
         "quiet table's statistics: every claim reads the whole PENDING backlog)",
         (
             Edit(
-                REPO,
+                LIFECYCLE,
                 """      AND CASE j.status
         WHEN 'PENDING' THEN j.next_attempt_at IS NULL OR j.next_attempt_at <= now()
         WHEN 'PROCESSING' THEN j.lease_expires_at < now() OR ($4 AND j.worker_id = $2)
@@ -402,7 +404,7 @@ MUTATIONS = (
         "claimed-job-unconfigured",
         "the claimed job is built before the mappers are configured (a fresh worker's first "
         "claims fail, read as a database outage, and are requeued)",
-        (Edit(REPO, "    configure_mappers()\n", ""),),
+        (Edit(COMPAT, "        configure_mappers()\n", ""),),
         (
             "tests/worker/test_claimed_job.py::"
             "test_a_fresh_process_reads_the_job_of_its_first_claim",
@@ -779,15 +781,49 @@ MUTATIONS = (
             "_consuming_until_it_answers",
         ),
     ),
+    Mutation(
+        "superseded-retried",
+        "an operator's retry runs a FAILED job that a newer job of its target superseded",
+        (Edit(LIFECYCLE, "      AND NOT {_NEWER}\n", ""),),
+        (
+            f"{SUPERSEDED_TESTS}::test_bulk_retry_skips_what_the_failed_sweep_superseded",
+            f"{SUPERSEDED_TESTS}::test_an_operator_retry_and_the_failed_sweep_at_once_make_one_job",
+        ),
+    ),
+    Mutation(
+        "undeclared-transition-allowed",
+        "the database lets an UPDATE make a status change the lifecycle does not declare",
+        (Edit(TRANSITIONS_MIGRATION, "    IF FOUND THEN\n", "    IF false THEN\n"),),
+        (
+            f"{LIFECYCLE_TESTS}::"
+            "test_an_undeclared_transition_written_as_raw_sql_is_refused[PENDING-COMPLETED]",
+            f"{LIFECYCLE_TESTS}::test_a_batch_with_one_undeclared_change_is_refused_whole",
+        ),
+    ),
+    Mutation(
+        "try-left-open",
+        "recovery gives up on a ghost and leaves its running try open",
+        (
+            Edit(
+                LIFECYCLE,
+                "    WHERE t.job_id = failed.job_id AND t.outcome IS NULL\n",
+                "    WHERE t.job_id = failed.job_id AND false\n",
+            ),
+        ),
+        (
+            f"{LIFECYCLE_TESTS}::test_every_transition_moves_the_job_its_try_its_event_and_its"
+            "_mirror[PROCESSING-give_up-FAILED]",
+        ),
+    ),
     # -- security (issue 36) ------------------------------------------------------------------
     Mutation(
         "mirror-carries-the-cause-chain",
         "a failed job's target row (read by its owner) gets the full cause chain again",
         (
             Edit(
-                STORE,
-                "await _mirror(session, claim.job, JobStatus.FAILED, summary)",
-                "await _mirror(session, claim.job, JobStatus.FAILED, message)",
+                LIFECYCLE,
+                "await _mirror_error(session, job_type, target_id, _FAILED, summary)",
+                "await _mirror_error(session, job_type, target_id, _FAILED, message)",
             ),
         ),
         (

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
 from san_common.db.engine import bound_engine, create_engine, create_session_factory
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, Write

@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.broker.topology import DELIVERY_LIMIT, Topology
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 from san_common.jobs.registration import DuplicateActiveJob, register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, OutboxMessage

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, OutboxMessage
 from san_common.worker.executor import Executor, Outcome, RuntimeConfig

@@ -101,9 +101,10 @@ async def test_daily_batch_creates_one_til_and_one_quiz_per_user_day_with_cards(
     # A day later, looking two days back, the skipped day is caught up; so is the LA
     # user's 14th, which has ended by now. Nothing else is.
     async with db() as session, session.begin():
-        await session.execute(
-            update(AsyncJob).where(AsyncJob.job_id == busy_job).values(status="COMPLETED")
-        )
+        for status in ("PROCESSING", "COMPLETED"):  # claimed, then done
+            await session.execute(
+                update(AsyncJob).where(AsyncJob.job_id == busy_job).values(status=status)
+            )
     tils_before, quizzes_before = await tils(db), await quizzes(db)
     later = await run_sweep(
         db, Sweep.DAILY_TIL, now=NOW + timedelta(days=1), policy=Policy(til_lookback_days=2)

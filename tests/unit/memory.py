@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from san_common.jobs.envelope import JobMessage
-from san_common.jobs.repository import JobState, TryOutcome
+from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.models import AsyncJob
 from san_common.worker.handler import JobHandler
 from san_common.worker.store import Claim

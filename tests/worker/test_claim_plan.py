@@ -1,5 +1,5 @@
 """The worker's claim finds a batch's jobs by their ids whatever the table's statistics say
-(`jobs.repository._CLAIM_BATCH`). Under the statistics of a quiet table — few PENDING rows,
+(`jobs.lifecycle._CLAIM_BATCH`). Under the statistics of a quiet table — few PENDING rows,
 as on a fresh start, or before an outage piles up a backlog — the claim's plan (generic, as
 the workers' engine asks) read every PENDING row of the backlog through the status indexes
 to claim a batch of them: ~8 ms a claim of 14 at 30,000 queued jobs against ~0.4 ms, every
@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from san_common.db.engine import create_engine
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 
 # A backlog large enough that reading it whole is never the planner's cheapest way to the
 # state of a batch (it is at ~3,000 rows: a sequential scan).

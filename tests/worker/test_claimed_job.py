@@ -1,4 +1,4 @@
-"""The job a claim hands to its handler (`jobs.repository._job`, built without the ORM's
+"""The job a claim hands to its handler (`jobs.lifecycle._job`, built without the ORM's
 constructor) is the row as the ORM loads it: every column, the checkpoint parsed, and
 no session of its own."""
 
@@ -14,7 +14,7 @@ from sqlalchemy import inspect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.db.engine import plain_url
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
@@ -55,7 +55,7 @@ _FIRST_CLAIM = """
 import asyncio, sys, uuid
 from datetime import timedelta
 from san_common.db.engine import create_engine
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle as jobs
 
 async def main():
     engine = create_engine(sys.argv[1], pool_size=1)

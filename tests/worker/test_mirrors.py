@@ -15,8 +15,10 @@ from sqlalchemy import func, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.jobs import lifecycle
+from san_common.jobs.lifecycle import TryOutcome
 from san_common.jobs.registration import register_job
-from san_common.jobs.repository import TryOutcome, make_available, tries_of
+from san_common.jobs.repository import tries_of
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, DailySummary, User
 from san_common.worker.store import Claim, SqlJobStore
@@ -106,7 +108,7 @@ async def test_the_target_row_follows_its_job_through_every_path(
     assert await status() == "FAILED"
 
     async with db() as session, session.begin():  # an operator's retry, same job id
-        assert await make_available(session, job.job_id)
+        assert await lifecycle.retry(session, [job.job_id]) == [job.job_id]
     assert await status() == "PENDING"
     claim = await _claim(store, job.job_id)
     assert await store.finish(claim, handler, None)

@@ -1,18 +1,16 @@
 """Runtime v2 end to end in-process (real PostgreSQL, RabbitMQ, relay): retries through
-the outbox without holding a slot (issue 9, acceptance 5) and a job type added through the
-registry alone (acceptance 6)."""
+the outbox without holding a slot (issue 9, acceptance 5). A job type added through the
+registry alone: tests/jobtype."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
-import aio_pika
 import httpx
 import pytest
-from sqlalchemy import exists
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_ai_worker.ai.provider import build_provider
@@ -20,16 +18,13 @@ from san_ai_worker.handlers import build_handlers
 from san_api.app import create_app
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
-from san_common.jobs import registry
-from san_common.jobs.registration import register_job
 from san_common.jobs.repository import tries_of
 from san_common.jobs.types import JobType
-from san_common.models import AsyncJob, User
 from san_common.worker import RuntimeConfig
 from tests.conftest import api_settings
 from tests.fakes.fake_ai import FakeAiServer
 from tests.running import worker_and_relay
-from tests.waiting import eventually, settled_job, settled_job_via_api
+from tests.waiting import eventually, settled_job_via_api
 
 pytestmark = pytest.mark.rabbit
 
@@ -107,57 +102,3 @@ async def test_a_job_waiting_for_its_retry_holds_no_slot_and_completes_under_its
     async with fresh() as session:
         outcomes = [t.outcome for t in await tries_of(session, uuid.UUID(waiting_id))]
     assert outcomes == ["retry", "completed"]
-
-
-class EchoHandler:
-    """The test-only job type's handler: nothing in the runtime knows about it."""
-
-    job_type: ClassVar[str] = "SAN_TEST_ECHO"
-    ran: ClassVar[list[uuid.UUID]] = []
-
-    async def load(self, session: AsyncSession, job: AsyncJob) -> uuid.UUID:
-        return job.target_id
-
-    async def run(self, job: AsyncJob, payload: uuid.UUID) -> uuid.UUID:
-        return payload
-
-    async def store(self, session: AsyncSession, job: AsyncJob, result: uuid.UUID) -> None:
-        self.ran.append(result)
-
-
-ECHO = registry.JobSpec(
-    job_type="SAN_TEST_ECHO",
-    consumer="tests",
-    handler="tests.worker.test_runtime_v2:EchoHandler",
-    target="users.id",
-    target_exists=lambda target_id: exists().where(User.id == target_id),
-    already_done=lambda target_id: exists().where(User.id == target_id),
-)
-
-
-async def test_a_job_type_added_through_the_registry_runs_end_to_end(
-    fresh: async_sessionmaker[AsyncSession],
-    fresh_db_url: str,
-    amqp_url: str,
-    topology: Topology,
-) -> None:
-    target = uuid.uuid4()
-    with registry.registered(ECHO):
-        queue = topology.queue_name(ECHO.job_type)
-        try:
-            async with worker_and_relay(
-                fresh, fresh_db_url, amqp_url, topology, {ECHO.job_type: EchoHandler()}
-            ):
-                job = await register_job(
-                    fresh, job_type=ECHO.job_type, target_id=target, user_id=uuid.uuid4()
-                )
-                finished = await settled_job(fresh, job.job_id)
-        finally:
-            connection = await aio_pika.connect(amqp_url)
-            channel = await connection.channel()
-            await channel.queue_delete(queue)
-            await connection.close()
-    assert (finished.status, finished.tries) == ("COMPLETED", 1)
-    assert EchoHandler.ran == [target]
-    with pytest.raises(registry.UnknownJobType):
-        registry.spec_for(ECHO.job_type)

@@ -1,4 +1,4 @@
-"""The github-worker's registry: the job types it consumes and their handlers."""
+"""The github-worker's handlers: every class marked `@handles(...)` in its handler module."""
 
 from __future__ import annotations
 
@@ -6,13 +6,18 @@ from typing import Any
 
 from san_common.crypto import TokenCipher
 from san_common.github import GithubClient
-from san_common.worker import JobHandler
+from san_common.jobs import registry
+from san_common.worker import JobHandler, collect
 from san_github_worker.locks import UserLocks
-from san_github_worker.til_commit import TilGithubCommitHandler
 
 
 def build_handlers(
     github: GithubClient, cipher: TokenCipher, locks: UserLocks
 ) -> dict[str, JobHandler[Any, Any]]:
-    handlers: list[JobHandler[Any, Any]] = [TilGithubCommitHandler(github, cipher, locks)]
-    return {str(h.job_type): h for h in handlers}
+    return collect(
+        "san_github_worker.til_commit",
+        consumer=registry.GITHUB_WORKER,
+        github=github,
+        cipher=cipher,
+        locks=locks,
+    )

@@ -18,7 +18,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import date
-from typing import ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,7 +26,7 @@ from san_common.errors import PermanentJobError, TransientJobError
 from san_common.github import ContentEntry, GithubClient, GithubPermanentError, git_blob_sha
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, handles
 from san_github_worker import repository
 from san_github_worker.locks import UserLocks
 
@@ -57,9 +56,8 @@ class Pushed:
     reused: bool  # True when an earlier try's commit was found instead of making one
 
 
+@handles(JobType.TIL_GITHUB_COMMIT)
 class TilGithubCommitHandler(JobHandler[CommitWork | None, Pushed | None]):
-    job_type: ClassVar[JobType] = JobType.TIL_GITHUB_COMMIT
-
     def __init__(self, github: GithubClient, cipher: TokenCipher, locks: UserLocks) -> None:
         self._github = github
         self._cipher = cipher

@@ -12,6 +12,7 @@ from sqlalchemy import (
     and_,
     delete,
     exists,
+    false,
     func,
     or_,
     select,
@@ -28,13 +29,11 @@ from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AsyncJob,
     GithubOAuthState,
-    KnowledgeCard,
     OutboxMessage,
     RateLimitBucket,
     Scrap,
     SweepRequest,
     SweepRun,
-    TilGithubCommit,
 )
 
 # Every message recovery writes when it stops retrying starts with this, so the failed
@@ -158,32 +157,6 @@ async def failed_candidates(session: AsyncSession, *, limit: int) -> list[JobRow
     )
 
 
-async def fail_job(
-    session: AsyncSession, job_id: uuid.UUID, *, from_status: str, message: str
-) -> bool:
-    """Conditional: only while the job is still in the status the sweep saw."""
-    result = await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, AsyncJob.status == from_status)
-        .values(
-            status=_FAILED,
-            error_message=message[:MAX_ERROR_MESSAGE],
-            finished_at=func.now(),
-            updated_at=func.now(),
-            lease_expires_at=None,
-        )
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
-
-
-async def mark_given_up(session: AsyncSession, job_id: uuid.UUID, message: str) -> None:
-    await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id == job_id, AsyncJob.status == _FAILED)
-        .values(error_message=message[:MAX_ERROR_MESSAGE], updated_at=func.now())
-    )
-
-
 # -- targets ----------------------------------------------------------------------------------
 
 
@@ -195,62 +168,20 @@ class TargetState(StrEnum):
 
 
 async def target_state(session: AsyncSession, job_type: str, target_id: uuid.UUID) -> TargetState:
-    if job_type == JobType.TIL_GITHUB_COMMIT:
-        return await _commit_state(session, target_id)
     spec = registry.find(job_type)
     if spec is None:
         return TargetState.MISSING  # a job type no longer served: nothing to re-run
-    row = (
-        await session.execute(select(spec.target_exists(target_id), spec.already_done(target_id)))
-    ).one()
-    if not row[0]:
-        return TargetState.MISSING
-    return TargetState.DONE if row[1] else TargetState.OPEN
-
-
-async def _commit_state(session: AsyncSession, commit_id: uuid.UUID) -> TargetState:
-    commit = (
+    superseded = false() if spec.superseded is None else spec.superseded(target_id)
+    exists_, done, replaced = (
         await session.execute(
-            select(
-                TilGithubCommit.user_id, TilGithubCommit.content_hash, TilGithubCommit.status
-            ).where(TilGithubCommit.id == commit_id)
+            select(spec.target_exists(target_id), spec.already_done(target_id), superseded)
         )
-    ).first()
-    if commit is None:
+    ).one()
+    if not exists_:
         return TargetState.MISSING
-    if commit.status == _COMPLETED:
+    if done:
         return TargetState.DONE
-    # A FAILED commit may not go back to PENDING while another commit of the same content
-    # is live: the unique index `uk_til_github_commits_active_content` forbids it, and the
-    # user's newer request is the one that counts.
-    sibling = await session.scalar(
-        select(
-            exists().where(
-                TilGithubCommit.user_id == commit.user_id,
-                TilGithubCommit.content_hash == commit.content_hash,
-                TilGithubCommit.id != commit_id,
-                TilGithubCommit.status.in_([_PENDING, _PROCESSING, _COMPLETED]),
-            )
-        )
-    )
-    return TargetState.SUPERSEDED if sibling else TargetState.OPEN
-
-
-async def reset_mirror(session: AsyncSession, job_type: str, target_id: uuid.UUID) -> None:
-    """The target row of a re-registered job goes back to PENDING with its job."""
-    spec = registry.find(job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, target_id, _PENDING)
-
-
-async def fail_mirror(
-    session: AsyncSession, job_type: str, target_id: uuid.UUID, message: str
-) -> None:
-    """The target row of a job recovery gave up on ends FAILED, never stuck PROCESSING.
-    Its owner reads that row: `message` must be a sanitized one (no cause chain)."""
-    spec = registry.find(job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, target_id, _FAILED, message)
+    return TargetState.SUPERSEDED if replaced else TargetState.OPEN
 
 
 # -- scraps -----------------------------------------------------------------------------------
@@ -278,12 +209,10 @@ async def scraps_missing(
 
     `FOR KEY SHARE … SKIP LOCKED`: scraps being deleted are skipped, while workers storing
     refined content (a non-key update) are not blocked."""
-    if job_type == JobType.CARD_ANALYSIS:
-        missing = ~exists().where(KnowledgeCard.scrap_id == Scrap.id)
-    elif job_type == JobType.SCRAP_REFINE:
-        missing = Scrap.refined_content.is_(None)
-    else:
+    spec = registry.spec_for(job_type)
+    if spec.target is not Scrap.__table__:
         raise ValueError(f"{job_type} does not target scraps")
+    missing = ~spec.already_done(Scrap.id)
     latest = (
         select(AsyncJob.status, AsyncJob.attempt)
         .where(AsyncJob.target_id == Scrap.id, AsyncJob.job_type == job_type.value)

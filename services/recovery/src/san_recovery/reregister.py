@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs import repository as jobs
+from san_common.jobs import lifecycle
 from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
 from san_recovery import repository
 from san_recovery.policy import Policy
@@ -36,12 +36,11 @@ async def retry_or_give_up(
         # A ghost keeps its job id (the one its client polls): the same row becomes
         # claimable again with `attempt` + 1 and a new message; a try still open (a hung
         # worker's) ends `lease_lost` and is fenced out.
-        revived = await jobs.make_available(
-            session, job.job_id, from_statuses=(job.status,), new_attempt=True, reason=ghost
-        )
+        revived = await lifecycle.revive(session, job.job_id, from_status=job.status, reason=ghost)
         return Outcome.REGISTERED if revived else Outcome.SKIPPED  # else: settled meanwhile
     if why_not is None:
-        try:
+
+        async def register() -> None:
             # Takes the job type's per-user lock (the registry's: one active TIL per user)
             # and refuses while the user has another active job of a per-user type.
             await register_job_in_transaction(
@@ -51,24 +50,27 @@ async def retry_or_give_up(
                 user_id=job.user_id,
                 attempt=job.attempt + 1,
             )
+            await lifecycle.mirror_pending(session, job_type, job.target_id)
+
+        try:
+            # Only while no newer job (an operator's retry, a user's new request) took
+            # its place: the lifecycle checks that under the job's lock.
+            followed = await lifecycle.follow_up(session, job.job_id, register)
         except DuplicateActiveJob:
             # Someone else registered it (the target is covered), or the user has another
             # active TIL: a later run retries once that one ended.
             return Outcome.SKIPPED
-        await repository.reset_mirror(session, job_type, job.target_id)
-        return Outcome.REGISTERED
+        return Outcome.REGISTERED if followed else Outcome.SKIPPED
 
     message = f"{GAVE_UP_PREFIX} {why_not}: {ghost or job.error_message or 'no error recorded'}"
-    if ghost is not None:
-        if not await repository.fail_job(
-            session, job.job_id, from_status=job.status, message=message
-        ):
-            return Outcome.SKIPPED
-    else:
-        await repository.mark_given_up(session, job.job_id, message)
-    await repository.fail_mirror(
-        session, job_type, job.target_id, _owner_message(job, why_not, ghost)
-    )
+    if not await lifecycle.give_up(
+        session,
+        job.job_id,
+        from_status=job.status,
+        message=message,
+        owner_message=_owner_message(job, why_not, ghost),
+    ):
+        return Outcome.SKIPPED
     return Outcome.GIVEN_UP
 
 

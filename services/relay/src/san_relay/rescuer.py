@@ -4,10 +4,10 @@ message — like River's job rescuer or Oban's lifeline, not a once-an-hour jani
 
 Runs in every relay replica every `RELAY_RESCUE_SECONDS`; `FOR UPDATE SKIP LOCKED` makes
 replicas take disjoint jobs and skip a job a worker is settling that very moment. The job
-goes back to PENDING (its target row's mirrored status too) and the lost try ends
-`lease_lost`; the next claim increments `tries`, so whatever the lost worker writes later
-is fenced out. A job that keeps losing its worker spends its tries: the worker that
-claims it after the last one fails it.
+goes back to PENDING (`lifecycle.rescue_expired`: its target row's mirrored status too) and
+the lost try ends `lease_lost`; the next claim increments `tries`, so whatever the lost
+worker writes later is fenced out. A job that keeps losing its worker spends its tries:
+the worker that claims it after the last one fails it.
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.jobs import registry
-from san_common.jobs import repository as jobs
-from san_common.jobs.types import JobStatus
+from san_common.jobs import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +49,7 @@ class LeaseRescuer:
 
     async def rescue_once(self) -> int:
         async with self._sessions() as session, session.begin():
-            rescued = await jobs.rescue_expired(session, limit=self._batch)
-            for job in rescued:
-                spec = registry.find(job.job_type)
-                if spec is not None and spec.mirror is not None:
-                    await spec.mirror.set(session, job.target_id, JobStatus.PENDING.value)
+            rescued = await lifecycle.rescue_expired(session, limit=self._batch)
         for job in rescued:
             log.info(
                 "job rescued: lease expired, claimable again",

@@ -5,19 +5,35 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Protocol
 
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.jobs.envelope import JobMessage
-from san_common.models import AsyncJob, OutboxMessage
+from san_common.models import OutboxMessage
 from san_common.tracing import current_trace_context
 
 JOBS_EXCHANGE = "jobs"
 
 
+class JobRef(Protocol):
+    """What a job's message is made of: an `AsyncJob`, or a row a statement returned."""
+
+    @property
+    def job_id(self) -> uuid.UUID: ...
+    @property
+    def job_type(self) -> str: ...
+    @property
+    def target_id(self) -> uuid.UUID: ...
+    @property
+    def user_id(self) -> uuid.UUID: ...
+    @property
+    def attempt(self) -> int: ...
+
+
 async def add_job_message(
-    session: AsyncSession, job: AsyncJob, *, available_at: datetime | None = None
+    session: AsyncSession, job: JobRef, *, available_at: datetime | None = None
 ) -> JobMessage:
     """A new message (new `message_id`) for `job`, published when `available_at` has come
     (now when None). The routing key is the job type; queues are bound by job type."""

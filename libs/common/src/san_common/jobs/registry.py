@@ -1,10 +1,15 @@
 """The job-type registry: one `JobSpec` per job type, and everything that needs to know
-about a job type reads it — registration (its per-user lock), the worker runtime (its
-handler, queue, retry policy, timeout, the mirrored status of its target row), the relay's
-lease rescuer, recovery (target exists / already done, mirrored status), the topology.
+about a job type reads it — registration (its uniqueness scope), the worker runtime (its
+queue, retry policy, timeout, the mirrored status of its target row), the relay's lease
+rescuer, recovery (target exists / already done / superseded, mirrored status), the
+topology, the admin API's view of a job's target, and the tests that hold the deploy
+manifests to it (KEDA triggers, tests/deploy).
 
-Adding a job type = one handler module (in the worker service that consumes it) + one
-`JobSpec` here (or `register(...)` at start-up, as the tests' job type does).
+Adding a job type = its `JobType` value, one `JobSpec` here, one handler module marked
+`@handles(...)` in the worker service that consumes it, one endpoint (docs/architecture.md,
+"Adding a job type"). There is no database list of job types: registration refuses a type
+the registry does not hold, before anything is written. Tests add types of their own with
+`register(...)` / `registered(...)`.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import cast
 
-from sqlalchemy import ColumnElement, Table, exists, false, func, update
+from sqlalchemy import ColumnElement, ColumnExpressionArgument, Table, exists, false, func, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.errors import MAX_ERROR_MESSAGE
@@ -31,6 +36,8 @@ from san_common.models import (
 )
 from san_common.retry import RetryPolicy
 
+# The consuming services (docs/reference/job-rules.md §2.1): separate worker pools, so
+# GitHub slowness never starves AI jobs.
 AI_WORKER = "ai-worker"
 GITHUB_WORKER = "github-worker"
 
@@ -38,7 +45,12 @@ GITHUB_WORKER = "github-worker"
 # (docs/reference/job-rules.md §3.2).
 TIL_USER_LOCK = "san.til:"
 
-Predicate = Callable[[uuid.UUID], ColumnElement[bool]]
+# A condition on a job's target: given its id — a value, or a column to correlate with, as
+# recovery's scrap sweeps do — a boolean SQL expression. One that reads the target's own
+# table reads it through an alias, so that given that table's `id` column it still
+# correlates (otherwise the subquery's table is the outer one and `id = id` always holds).
+TargetId = uuid.UUID | ColumnExpressionArgument[uuid.UUID]
+Predicate = Callable[[TargetId], ColumnElement[bool]]
 
 _PENDING, _PROCESSING = JobStatus.PENDING.value, JobStatus.PROCESSING.value
 _COMPLETED, _FAILED = JobStatus.COMPLETED.value, JobStatus.FAILED.value
@@ -101,38 +113,42 @@ class Mirror:
 
 @dataclass(frozen=True)
 class JobSpec:
+    """What a job type is. Its uniqueness scope: one active job per (target, type) always
+    (the partial unique index `uk_async_jobs_active_target_job_type`); with `user_lock`,
+    also one per (user, type)."""
+
     job_type: str
-    consumer: str  # the worker pool whose queue it is (AI_WORKER, GITHUB_WORKER, …)
-    handler: str  # "package.module:Class": the handler the consumer binds to it
-    target: str  # what target_id names
-    target_exists: Predicate
+    consumer: str  # the service whose worker runs it (AI_WORKER, GITHUB_WORKER, …)
+    target: Table  # the table whose `id` a job's target_id names
     # The work the job stands for is already there: recovery does not re-run it.
     already_done: Predicate
+    # The target row's status column follows the job's status (same table as `target`).
     mirror: Mirror | None = None
+    # Another target took this one's place: recovery leaves the job FAILED, as done.
+    superseded: Predicate | None = None
     # Registration takes this per-user advisory lock (transaction-scoped) before inserting.
     user_lock: str | None = None
     # None: the consuming worker's settings (WORKER_MAX_TRIES, WORKER_BACKOFF_SECONDS…).
     retry: RetryPolicy | None = None
     timeout_seconds: float = 600.0  # of `run`: a hung call becomes a transient failure
 
+    def __post_init__(self) -> None:
+        if self.mirror is not None and self.mirror.table is not self.target:
+            raise ValueError(f"{self.job_type}: the mirror must be the target table")
+
     @property
     def queue(self) -> str:
         """The queue's name below the topology prefix (`{prefix}.jobs.<queue>`)."""
         return self.job_type.lower()
+
+    def target_exists(self, target_id: uuid.UUID) -> ColumnElement[bool]:
+        return exists().where(self.target.c.id == target_id)
 
 
 class UnknownJobType(LookupError):
     def __init__(self, job_type: str) -> None:
         super().__init__(f"job type {job_type!r} is not in the registry")
         self.job_type = job_type
-
-
-def _row_exists(table: Table) -> Predicate:
-    return lambda target_id: exists().where(table.c.id == target_id)
-
-
-def _row_completed(table: Table) -> Predicate:
-    return lambda target_id: exists().where(table.c.id == target_id, table.c.status == _COMPLETED)
 
 
 def _table(model: type[Base]) -> Table:
@@ -144,31 +160,48 @@ _summaries = _table(DailySummary)
 _generations = _table(RecallQuizGeneration)
 _commits = _table(TilGithubCommit)
 
+
+def _row_completed(table: Table) -> Predicate:
+    row = table.alias(f"done_{table.name}")  # given `table.c.id` itself, still correct
+    return lambda target_id: exists().where(row.c.id == target_id, row.c.status == _COMPLETED)
+
+
+def _refined(scrap_id: TargetId) -> ColumnElement[bool]:
+    scrap = _scraps.alias("refined")  # given `scraps.id` itself, still correct
+    return exists().where(scrap.c.id == scrap_id, scrap.c.refined_content.is_not(None))
+
+
+def _live_commit_of_the_same_content(commit_id: TargetId) -> ColumnElement[bool]:
+    # A FAILED commit may not go back to PENDING while another commit of the same content
+    # is live: the unique index `uk_til_github_commits_active_content` forbids it, and the
+    # user's newer request is the one that counts.
+    this, other = _commits.alias("this_commit"), _commits.alias("other_commit")
+    return exists().where(
+        this.c.id == commit_id,
+        other.c.user_id == this.c.user_id,
+        other.c.content_hash == this.c.content_hash,
+        other.c.id != this.c.id,
+        other.c.status.in_([_PENDING, _PROCESSING, _COMPLETED]),
+    )
+
+
 _BUILT_IN = (
     JobSpec(
         job_type=JobType.CARD_ANALYSIS,
         consumer=AI_WORKER,
-        handler="san_ai_worker.handlers.card_analysis:CardAnalysisHandler",
-        target="scraps.id",
-        target_exists=_row_exists(_scraps),
+        target=_scraps,
         already_done=lambda target_id: exists().where(KnowledgeCard.scrap_id == target_id),
     ),
     JobSpec(
         job_type=JobType.SCRAP_REFINE,
         consumer=AI_WORKER,
-        handler="san_ai_worker.handlers.scrap_refine:ScrapRefineHandler",
-        target="scraps.id",
-        target_exists=_row_exists(_scraps),
-        already_done=lambda target_id: exists().where(
-            Scrap.id == target_id, Scrap.refined_content.is_not(None)
-        ),
+        target=_scraps,
+        already_done=_refined,
     ),
     JobSpec(
         job_type=JobType.TIL_GENERATION,
         consumer=AI_WORKER,
-        handler="san_ai_worker.handlers.til_generation:TilGenerationHandler",
-        target="daily_summaries.id",
-        target_exists=_row_exists(_summaries),
+        target=_summaries,
         already_done=_row_completed(_summaries),
         mirror=Mirror(_summaries),
         user_lock=TIL_USER_LOCK,
@@ -176,29 +209,24 @@ _BUILT_IN = (
     JobSpec(
         job_type=JobType.RECALL_QUIZ_GENERATION,
         consumer=AI_WORKER,
-        handler="san_ai_worker.handlers.recall_quiz:RecallQuizHandler",
-        target="recall_quiz_generations.id",
-        target_exists=_row_exists(_generations),
+        target=_generations,
         already_done=_row_completed(_generations),
         mirror=Mirror(_generations),
     ),
     JobSpec(
         job_type=JobType.GITHUB_STAR_RECOMMENDATION,
         consumer=AI_WORKER,
-        handler="san_ai_worker.handlers.star_recommendation:StarRecommendationHandler",
-        target="users.id",
-        target_exists=lambda target_id: exists().where(User.id == target_id),
+        target=_table(User),
         # Every run makes a new set of recommendations: never "already done".
         already_done=lambda target_id: false(),
     ),
     JobSpec(
         job_type=JobType.TIL_GITHUB_COMMIT,
         consumer=GITHUB_WORKER,
-        handler="san_github_worker.til_commit:TilGithubCommitHandler",
-        target="til_github_commits.id",
-        target_exists=_row_exists(_commits),
+        target=_commits,
         already_done=_row_completed(_commits),
         mirror=Mirror(_commits),
+        superseded=_live_commit_of_the_same_content,
         # The github-worker's own settings (WORKER_MAX_TRIES defaults to 5 there).
         retry=None,
     ),

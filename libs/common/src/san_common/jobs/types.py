@@ -22,16 +22,3 @@ class JobStatus(StrEnum):
 
 ACTIVE_STATUSES = (JobStatus.PENDING, JobStatus.PROCESSING)
 TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
-
-# Which worker consumes which job type (docs/reference/job-rules.md §2.1); separate pools so GitHub
-# slowness never starves AI jobs.
-AI_JOB_TYPES = frozenset(
-    {
-        JobType.CARD_ANALYSIS,
-        JobType.SCRAP_REFINE,
-        JobType.TIL_GENERATION,
-        JobType.RECALL_QUIZ_GENERATION,
-        JobType.GITHUB_STAR_RECOMMENDATION,
-    }
-)
-GITHUB_JOB_TYPES = frozenset({JobType.TIL_GITHUB_COMMIT})

@@ -10,7 +10,7 @@ from san_common.models.github import (
     GithubStarRecommendation,
     TilGithubCommit,
 )
-from san_common.models.jobs import AsyncJob, AsyncJobTry, OutboxMessage
+from san_common.models.jobs import AsyncJob, AsyncJobTransition, AsyncJobTry, OutboxMessage
 from san_common.models.operations import (
     AdminAudit,
     AsyncJobEvent,
@@ -32,6 +32,7 @@ __all__ = [
     "AdminAudit",
     "AsyncJob",
     "AsyncJobEvent",
+    "AsyncJobTransition",
     "AsyncJobTry",
     "Base",
     "Category",

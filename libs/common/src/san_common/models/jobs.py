@@ -100,6 +100,18 @@ class AsyncJobTry(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
 
+class AsyncJobTransition(Base):
+    """The status changes `async_jobs` allows, one row per (from status, event): the
+    database's copy of `jobs.lifecycle.TRANSITIONS`, which a trigger checks every UPDATE
+    against (migration 0010)."""
+
+    __tablename__ = "async_job_transitions"
+
+    from_status: Mapped[str] = mapped_column(Text, primary_key=True)
+    event: Mapped[str] = mapped_column(Text, primary_key=True)
+    to_status: Mapped[str] = mapped_column(Text)
+
+
 class OutboxMessage(Base):
     """A message committed together with the rows it announces; the relay publishes it."""
 

@@ -52,7 +52,7 @@ from san_common.errors import (
 )
 from san_common.jobs import registry
 from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
-from san_common.jobs.repository import JobState, TryOutcome
+from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
 from san_common.retry import ROUND_BACKOFF, GiveUp, Retry, RetryPolicy
 from san_common.worker.handler import JobHandler, needs_load

@@ -1,7 +1,7 @@
 """The executor's port to the database: each method is one short transaction.
 
 `SqlJobStore` is the real one; the unit tier gives the executor an in-memory store with
-the same methods. Every write of a try is fenced (`jobs.repository`): the methods that
+the same methods. Every write of a try is fenced (`jobs.lifecycle`): the methods that
 settle a try return False (or None) when the try no longer holds the job.
 """
 
@@ -19,10 +19,8 @@ from sqlalchemy.sql import Executable
 
 from san_common.db.engine import bound_engine, driver_connection
 from san_common.errors import is_connection_loss, is_contention
-from san_common.jobs import registry
-from san_common.jobs import repository as jobs
-from san_common.jobs.repository import JobState, TryOutcome
-from san_common.jobs.types import JobStatus
+from san_common.jobs import lifecycle as jobs
+from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.models import AsyncJob
 from san_common.worker.batching import Batcher
 from san_common.worker.handler import JobHandler, writes_one_statement
@@ -129,18 +127,9 @@ def _grouped(asks: Sequence[_ClaimAsk]) -> dict[tuple[str, timedelta, bool], lis
     return groups
 
 
-async def _mirror(
-    session: AsyncSession, job: AsyncJob, status: JobStatus, error: str | None = None
-) -> None:
-    """The target row's mirrored status follows the job, in the job's own transaction."""
-    spec = registry.find(job.job_type)
-    if spec is not None and spec.mirror is not None:
-        await spec.mirror.set(session, job.target_id, status.value, error)
-
-
 class SqlJobStore:
-    """The runtime's transactions; each also writes the mirrored status of the job's target
-    row (registry `Mirror`), so no handler writes it.
+    """The runtime's transactions; each is an event of `jobs.lifecycle`, which also moves
+    the mirrored status of the job's target row (registry `Mirror`), so no handler writes it.
 
     Claims and completions are group-committed (`Batcher`): the jobs of this process that
     ask at about the same time share one transaction and one statement. A completion batch
@@ -275,11 +264,7 @@ class SqlJobStore:
 
     async def fail(self, claim: Claim, message: str, summary: str) -> bool:
         async with self._sessions() as session, session.begin():
-            if not await jobs.fail(session, claim.job.job_id, claim.try_no, message, summary):
-                return False
-            # the target row is its owner's to read: the sanitized summary, never the chain
-            await _mirror(session, claim.job, JobStatus.FAILED, summary)
-            return True
+            return await jobs.fail(session, claim.job.job_id, claim.try_no, message, summary)
 
     async def retry(
         self,
@@ -292,9 +277,7 @@ class SqlJobStore:
         checkpoint: dict[str, object] | None,
     ) -> datetime | None:
         async with self._sessions() as session, session.begin():
-            if checkpoint is not None:
-                await jobs.save_checkpoint(session, claim.job.job_id, claim.try_no, checkpoint)
-            at = await jobs.retry_later(
+            return await jobs.retry_later(
                 session,
                 claim.job.job_id,
                 claim.try_no,
@@ -302,17 +285,12 @@ class SqlJobStore:
                 error=error,
                 summary=summary,
                 outcome=outcome,
+                checkpoint=checkpoint,
             )
-            if at is not None:
-                await _mirror(session, claim.job, JobStatus.PENDING)
-            return at
 
     async def release(self, claim: Claim, reason: str) -> bool:
         async with self._sessions() as session, session.begin():
-            if not await jobs.release(session, claim.job.job_id, claim.try_no, reason):
-                return False
-            await _mirror(session, claim.job, JobStatus.PENDING)
-            return True
+            return await jobs.release(session, claim.job.job_id, claim.try_no, reason)
 
     async def extend(self, claim: Claim, lease: timedelta) -> bool:
         return await self._extends.submit((claim, lease))

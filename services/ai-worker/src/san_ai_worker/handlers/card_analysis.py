@@ -9,7 +9,6 @@ carries the analysis as the job's checkpoint, so the next try only asks for the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,7 +19,7 @@ from san_ai_worker.ai.schemas import CardAnalysis
 from san_common.errors import JobFailure, PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, Scrap
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, handles
 
 _CHECKPOINT_KEY = "analysis"
 
@@ -31,9 +30,8 @@ class _Analysed:
     embedding: list[float]
 
 
+@handles(JobType.CARD_ANALYSIS)
 class CardAnalysisHandler(JobHandler[Scrap | None, _Analysed | None]):
-    job_type: ClassVar[str] = JobType.CARD_ANALYSIS
-
     def __init__(self, ai: AiProvider) -> None:
         self._ai = ai
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,7 +15,7 @@ from san_ai_worker.handlers.day_cards import card_input, load_day_cards
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, handles
 
 
 @dataclass(frozen=True)
@@ -25,9 +24,8 @@ class _Request:
     cards: list[CardInput]
 
 
+@handles(JobType.RECALL_QUIZ_GENERATION)
 class RecallQuizHandler(JobHandler[_Request, list[repository.NewQuiz]]):
-    job_type: ClassVar[JobType] = JobType.RECALL_QUIZ_GENERATION
-
     def __init__(self, ai: AiProvider) -> None:
         self._ai = ai
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_ai_worker import repository
@@ -12,12 +10,11 @@ from san_ai_worker.ai.provider import AiProvider
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler, Write
+from san_common.worker import JobHandler, Write, handles
 
 
+@handles(JobType.SCRAP_REFINE)
 class ScrapRefineHandler(JobHandler[str, str]):
-    job_type: ClassVar[JobType] = JobType.SCRAP_REFINE
-
     def __init__(self, ai: AiProvider) -> None:
         self._ai = ai
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,7 +22,7 @@ from san_common.errors import PermanentJobError
 from san_common.github import GithubClient, StarredRepo
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, handles
 
 MAX_STARS = 500
 
@@ -35,9 +34,8 @@ class _Request:
     interests: list[str]
 
 
+@handles(JobType.GITHUB_STAR_RECOMMENDATION)
 class StarRecommendationHandler(JobHandler[_Request, list[NewStarRecommendation]]):
-    job_type: ClassVar[JobType] = JobType.GITHUB_STAR_RECOMMENDATION
-
     def __init__(self, ai: AiProvider, github: GithubClient, cipher: TokenCipher) -> None:
         self._ai = ai
         self._github = github

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import date
-from typing import ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -17,7 +16,7 @@ from san_ai_worker.handlers.day_cards import card_input, load_day_cards
 from san_common.errors import PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
-from san_common.worker import JobHandler
+from san_common.worker import JobHandler, handles
 
 
 @dataclass(frozen=True)
@@ -34,9 +33,8 @@ class _Written:
     card_ids: list[uuid.UUID]
 
 
+@handles(JobType.TIL_GENERATION)
 class TilGenerationHandler(JobHandler[_Day, _Written]):
-    job_type: ClassVar[JobType] = JobType.TIL_GENERATION
-
     def __init__(self, ai: AiProvider) -> None:
         self._ai = ai
 

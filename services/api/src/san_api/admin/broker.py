@@ -30,7 +30,7 @@ from aiormq.exceptions import AMQPError
 from san_api.errors import BrokerUnavailable
 from san_common.broker.connect import connect
 from san_common.broker.topology import Topology
-from san_common.jobs.types import JobType
+from san_common.jobs import registry
 
 _CONNECT_SECONDS = 5.0
 _HEADERS_DROPPED_ON_REDRIVE = (
@@ -243,8 +243,8 @@ def _copy(message: AbstractIncomingMessage, headers: dict[str, Any]) -> aio_pika
     )
 
 
-def queue_job_type(topology: Topology, name: str) -> JobType | None:
-    for job_type in JobType:
+def queue_job_type(topology: Topology, name: str) -> str | None:
+    for job_type in registry.job_types():
         if topology.queue_name(job_type) == name:
             return job_type
     return None

@@ -176,6 +176,8 @@ def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
             if not args.json:
                 done = "would touch" if args.dry_run else "touched"
                 print(f"{verb}: {done} {result['count']} job(s)", file=out)
+                for reason, count in result.get("skipped", {}).items():
+                    print(f"{verb}: skipped {count} job(s), {reason}", file=out)
     elif noun == "dlq" and verb == "list":
         result = api.call("GET", "/admin/api/dead-letters", params={"limit": args.limit})
         if not args.json:

@@ -188,6 +188,7 @@ async def overview(
         if cell.status in count:
             count[cell.status] += cell.count
     active = sum(c.count for c in stats.totals if c.status in ("PENDING", "PROCESSING"))
+    superseded = await service.superseded_since(session, stats.since)
     return _page(
         request,
         "overview.html",
@@ -195,7 +196,8 @@ async def overview(
         "Overview",
         overview={
             "completed": count["COMPLETED"],
-            "failed": count["FAILED"],
+            "failed": count["FAILED"] - superseded,
+            "superseded": superseded,
             "active": active,
             "hours": hours,
         },

@@ -47,6 +47,7 @@ from san_api.admin.schemas import (
 )
 from san_api.deps import SessionDep, SettingsDep
 from san_api.errors import NotFound, ValidationFailed
+from san_common.jobs import registry
 from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
@@ -214,10 +215,16 @@ async def cancel_job(jobId: uuid.UUID, session: SessionDep, operator: CurrentOpe
 @router.post("/jobs/bulk/preview", response_model=BulkPreview)
 async def bulk_preview(body: BulkIn, session: SessionDep, settings: SettingsDep) -> BulkPreview:
     """How many jobs a bulk retry / cancel with this filter would touch."""
-    count = await service.preview(
+    seen = await service.preview(
         session, body.action, to_filter(body.filter), settings.admin_bulk_limit
     )
-    return BulkPreview(action=body.action, count=count, limit=settings.admin_bulk_limit)
+    return BulkPreview(
+        action=body.action,
+        count=seen.count,
+        superseded=seen.superseded,
+        skipped=_skipped(seen),
+        limit=settings.admin_bulk_limit,
+    )
 
 
 @router.post("/jobs/bulk", response_model=BulkResult)
@@ -225,10 +232,21 @@ async def bulk_action(
     body: BulkIn, session: SessionDep, settings: SettingsDep, operator: CurrentOperator
 ) -> BulkResult:
     """Retry (FAILED) or cancel (PENDING) every job the filter matches (audited)."""
-    done, matched, audit_id = await service.bulk(
+    done, seen, audit_id = await service.bulk(
         session, operator, body.action, to_filter(body.filter), settings.admin_bulk_limit
     )
-    return BulkResult(action=body.action, count=done, matched=matched, auditId=audit_id)
+    return BulkResult(
+        action=body.action,
+        count=done,
+        matched=seen.matched,
+        superseded=seen.superseded,
+        skipped=_skipped(seen),
+        auditId=audit_id,
+    )
+
+
+def _skipped(seen: service.Preview) -> dict[str, int]:
+    return {service.SUPERSEDED: seen.superseded} if seen.superseded else {}
 
 
 @router.get("/stats", response_model=Stats)
@@ -269,11 +287,11 @@ async def queues(session: SessionDep, broker: BrokerDep) -> QueuesView:
         views.append(
             QueueView(
                 name=depth.name,
-                jobType=job_type.value if job_type else None,
+                jobType=job_type,
                 messages=depth.messages,
                 consumers=depth.consumers,
                 unacked=depth.unacked,
-                paused=job_type is not None and job_type.value in paused,
+                paused=job_type in paused,
             )
         )
     return QueuesView(source=source, queues=views)
@@ -285,12 +303,12 @@ async def job_types(session: SessionDep) -> list[JobTypeView]:
     paused = {p.job_type: p for p in await repository.paused(session)}
     return [
         JobTypeView(
-            jobType=t.value,
-            paused=t.value in paused,
-            pausedBy=paused[t.value].paused_by if t.value in paused else None,
-            pausedAt=paused[t.value].paused_at if t.value in paused else None,
+            jobType=t,
+            paused=t in paused,
+            pausedBy=paused[t].paused_by if t in paused else None,
+            pausedAt=paused[t].paused_at if t in paused else None,
         )
-        for t in JobType
+        for t in registry.job_types()
     ]
 
 

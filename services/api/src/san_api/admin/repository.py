@@ -15,34 +15,26 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal,
     or_,
     select,
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs import repository as jobs
-from san_common.jobs.types import ACTIVE_STATUSES, JobStatus, JobType
+from san_common.jobs import registry
+from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AdminAudit,
     AsyncJob,
     AsyncJobEvent,
-    DailySummary,
     JobTypePause,
     OutboxMessage,
-    RecallQuizGeneration,
-    Scrap,
     SweepRequest,
     SweepRun,
-    TilGithubCommit,
     User,
 )
-
-_ACTIVE = [s.value for s in ACTIVE_STATUSES]
 
 
 @dataclass(frozen=True)
@@ -172,22 +164,15 @@ class TargetView:
 
 
 async def target_of(session: AsyncSession, job: AsyncJob) -> TargetView:
-    """The job's target row and, where it mirrors the job, its status."""
-    job_type = JobType(job.job_type)
-    mirrors: dict[JobType, Any] = {
-        JobType.TIL_GENERATION: DailySummary,
-        JobType.RECALL_QUIZ_GENERATION: RecallQuizGeneration,
-        JobType.TIL_GITHUB_COMMIT: TilGithubCommit,
-    }
-    if job_type in mirrors:
-        model = mirrors[job_type]
-        status = await session.scalar(select(model.status).where(model.id == job.target_id))
-        return TargetView(model.__tablename__, status is not None, status)
-    if job_type is JobType.GITHUB_STAR_RECOMMENDATION:
-        found = await session.scalar(select(User.id).where(User.id == job.target_id))
-        return TargetView(User.__tablename__, found is not None, None)
-    found = await session.scalar(select(Scrap.id).where(Scrap.id == job.target_id))
-    return TargetView(Scrap.__tablename__, found is not None, None)
+    """The job's target row and, where it mirrors the job, its status (the registry's)."""
+    spec = registry.find(job.job_type)
+    if spec is None:  # a type no longer served: its target is unknown
+        return TargetView("?", False, None)
+    table = spec.target
+    column = table.c.id if spec.mirror is None else table.c[spec.mirror.status_column]
+    found = (await session.execute(select(column).where(table.c.id == job.target_id))).first()
+    status = None if found is None or spec.mirror is None else found[0]
+    return TargetView(table.name, found is not None, status)
 
 
 # -- counts, outbox ---------------------------------------------------------------------------
@@ -271,82 +256,23 @@ async def audit_log(
 # -- job control ------------------------------------------------------------------------------
 
 
-def _no_other_active() -> ColumnElement[bool]:
-    other = AsyncJob.__table__.alias("other")
-    return ~(
-        select(literal(1))
-        .where(
-            other.c.target_id == AsyncJob.target_id,
-            other.c.job_type == AsyncJob.job_type,
-            other.c.status.in_(_ACTIVE),
-        )
-        .exists()
-    )
-
-
-async def has_other_active(session: AsyncSession, job: AsyncJob) -> bool:
-    found = await session.scalar(
-        select(func.count())
-        .select_from(AsyncJob)
-        .where(
-            AsyncJob.target_id == job.target_id,
-            AsyncJob.job_type == job.job_type,
-            AsyncJob.status.in_(_ACTIVE),
-        )
-    )
-    return bool(found)
-
-
-async def make_available_again(
-    session: AsyncSession, job_ids: Sequence[uuid.UUID]
-) -> list[uuid.UUID]:
-    """FAILED → PENDING under the same job ids, each with a new outbox message (the
-    runtime's `make_available`); the caller holds a savepoint, since a concurrent
-    registration can still hit the unique index."""
-    done = []
-    for job_id in job_ids:
-        if await jobs.make_available(session, job_id):
-            done.append(job_id)
-    return done
-
-
-async def retryable_ids(session: AsyncSession, f: JobFilter, *, limit: int) -> list[uuid.UUID]:
-    """FAILED jobs matching `f` that are the newest FAILED one of their (target, type) and
-    whose (target, type) has no active job: retrying them all keeps the unique index."""
+async def failed_ids(session: AsyncSession, f: JobFilter, *, limit: int) -> list[uuid.UUID]:
+    """FAILED jobs matching `f` (a bulk retry's candidates; `lifecycle.retry` decides)."""
     failed = JobFilter(**{**f.__dict__, "statuses": (JobStatus.FAILED.value,)})
-    newest = (
+    query = (
         select(AsyncJob.job_id)
-        .where(*_conditions(failed), _no_other_active())
-        .ext(distinct_on(AsyncJob.target_id, AsyncJob.job_type))
-        .order_by(AsyncJob.target_id, AsyncJob.job_type, AsyncJob.created_at.desc())
+        .where(*_conditions(failed))
+        .order_by(AsyncJob.created_at, AsyncJob.job_id)
         .limit(limit)
     )
-    return list((await session.scalars(newest)).all())
+    return list((await session.scalars(query)).all())
 
 
-async def cancel(session: AsyncSession, f: JobFilter, *, reason: str, limit: int) -> int:
-    """PENDING (including waiting-for-retry) → CANCELLED; a worker never claims it."""
+async def cancellable_ids(session: AsyncSession, f: JobFilter, *, limit: int) -> list[uuid.UUID]:
+    """PENDING jobs matching `f`, locked; rows a worker is claiming right now are skipped."""
     pending = JobFilter(**{**f.__dict__, "statuses": (JobStatus.PENDING.value,)})
-    ids = (
-        select(AsyncJob.job_id)
-        .where(*_conditions(pending))
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    result = await session.execute(
-        update(AsyncJob)
-        .where(AsyncJob.job_id.in_(ids), AsyncJob.status == JobStatus.PENDING.value)
-        .values(
-            status=JobStatus.CANCELLED.value,
-            error_message=reason,
-            finished_at=func.now(),
-            updated_at=func.now(),
-            worker_id=None,
-            lease_expires_at=None,
-        )
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    query = select(AsyncJob.job_id).where(*_conditions(pending)).limit(limit)
+    return list((await session.scalars(query.with_for_update(skip_locked=True))).all())
 
 
 # -- pauses -----------------------------------------------------------------------------------

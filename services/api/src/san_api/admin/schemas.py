@@ -91,9 +91,18 @@ class BulkIn(Wire):
     filter: JobFilterIn = Field(default_factory=JobFilterIn)
 
 
+_SUPERSEDED = (
+    "FAILED jobs a retry skips: a newer job of the same target and type exists (active, "
+    "completed, or failed in turn), so the work is done or under way already"
+)
+_SKIPPED = "jobs skipped, by reason"
+
+
 class BulkPreview(Wire):
     action: str
-    count: int
+    count: int = Field(description="jobs the action would retry or cancel")
+    superseded: int = Field(default=0, description=_SUPERSEDED)
+    skipped: dict[str, int] = Field(default_factory=dict, description=_SKIPPED)
     limit: int
 
 
@@ -101,6 +110,8 @@ class BulkResult(Wire):
     action: str
     count: int = Field(description="jobs retried or cancelled")
     matched: int = Field(description="jobs the filter matched before the action")
+    superseded: int = Field(default=0, description=_SUPERSEDED)
+    skipped: dict[str, int] = Field(default_factory=dict, description=_SKIPPED)
     auditId: int
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.types import JobStatus, JobType
+from san_common.jobs.types import JobStatus
 from san_recovery import repository
 from san_recovery.policy import Policy
 from san_recovery.tally import Outcome, Tally
@@ -30,8 +30,8 @@ async def sweep(session: AsyncSession, now: datetime, policy: Policy) -> Tally:
             session, status=status, finished_before=now - keep, limit=policy.batch_size
         )
         for _job_id, job_type in pruned:
-            tally.found(JobType(job_type))
-            tally.record(JobType(job_type), Outcome.PRUNED)
+            tally.found(job_type)
+            tally.record(job_type, Outcome.PRUNED)
         await repository.delete_outbox_of(session, [job_id for job_id, _ in pruned])
     idle_before = now - policy.keep_idle_buckets
     for kind, count in (
