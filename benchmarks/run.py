@@ -11,6 +11,10 @@
   A B A B: `POST /scraps` against a bare FastAPI + asyncpg endpoint doing the same
   transaction; the relay against a raw pipelined aio-pika publisher; similar cards at
   100k cards of one user against the index-forced SQL and the exact scan (recall@10).
+- With `--before REV`, SAN as of git revision REV runs as one more system in the same
+  rounds (its own checkout under `.bench/`, its own virtual environment from its own lock
+  file, its own database migrated by its own code, its own queue prefix), and a "before →
+  after" table compares its drain and burst with this checkout's.
 - Prints one Markdown table (median and min–max over the runs) and writes it with the
   raw figures as JSON to `benchmarks/results/` (`last.md`, `last.json`).
 
@@ -31,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,20 @@ LABELS = {
     "dramatiq": "Dramatiq (RabbitMQ)",
     "dramatiq_durable": "Dramatiq, quorum queue + publisher confirms (reported, no bar)",
 }
+BEFORE = "san_before"  # SAN as of `--before REV`, run beside this checkout's
+BEFORE_PREFIX = "sanbench-before"  # its own queues: the two never share a queue
+REPORTED = ("san", BEFORE, *RUNNABLE[1:])  # the order of the tables' rows
+
+
+@dataclass(frozen=True)
+class Runner:
+    """How to run one system's driver: which interpreter, from which checkout, with
+    which extra environment."""
+
+    python: Path
+    module: str
+    cwd: Path = ROOT
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def _uv() -> str:
@@ -102,13 +121,55 @@ def load_note() -> str:
     return f"{one:.1f}/{five:.1f}"
 
 
+def before_checkout(revision: str) -> Runner:
+    """SAN as of `revision`: its tree (`git archive`, no worktree of the repository's own)
+    under `.bench/`, with its own virtual environment built from its own lock file."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{revision}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    checkout = ROOT / ".bench" / f"before-{commit[:12]}"
+    if not (checkout / "pyproject.toml").exists():
+        checkout.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", commit], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive, check=True)
+    env = {**os.environ, "UV_SYSTEM_CERTS": os.environ.get("UV_SYSTEM_CERTS", "1")}
+    env.pop("VIRTUAL_ENV", None)  # this checkout's, which uv would otherwise warn about
+    subprocess.run([_uv(), "sync", "--frozen", "--quiet"], cwd=checkout, check=True, env=env)
+    return Runner(
+        checkout / ".venv" / "bin" / "python",
+        "benchmarks.peers.san_peer",
+        checkout,
+        {"BENCH_SAN_PREFIX": BEFORE_PREFIX},
+    )
+
+
+def migrate_with(runner: Runner, database_url: str) -> None:
+    """Migrate with the runner's own code (its migrations, not this checkout's)."""
+    subprocess.run(
+        [
+            str(runner.python),
+            "-c",
+            "import sys; from san_common.db.migrate import upgrade; upgrade(sys.argv[1])",
+            database_url,
+        ],
+        cwd=runner.cwd,
+        check=True,
+    )
+
+
 def run_driver(
-    python: Path, system: str, database_url: str, amqp_url: str, scenario: str, args: Any
+    runner: Runner, database_url: str, amqp_url: str, scenario: str, args: Any
 ) -> dict[str, Any]:
     command = [
-        str(python),
+        str(runner.python),
         "-m",
-        f"benchmarks.peers.{system}_peer",
+        runner.module,
         "drive",
         "--database-url",
         database_url,
@@ -124,7 +185,14 @@ def run_driver(
         str(args.paced_seconds),
     ]
     load_before = load_note()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        command,
+        cwd=runner.cwd,
+        env={**os.environ, **runner.env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if done.returncode != 0:
         print(done.stderr[-3000:], file=sys.stderr)
         return {"scenario": scenario, "error": done.stderr.strip().splitlines()[-1:]}
@@ -192,7 +260,7 @@ def render_cpu(table: dict[str, dict[str, Any]]) -> str:
         + " |",
         "|---|---|" + "---|" * len(CPU_PARTS),
     ]
-    for system in RUNNABLE:
+    for system in REPORTED:
         for scenario in ("drain", "burst"):
             cpu = table.get(system, {}).get(f"{scenario}_cpu")
             if cpu:
@@ -224,7 +292,7 @@ def render_rss(table: dict[str, dict[str, Any]], ratios_rss: dict[str, float]) -
         "| other processes |",
         "|---|---|---|",
     ]
-    for system in RUNNABLE:
+    for system in REPORTED:
         peaks = dict(table.get(system, {}).get("peak_rss_mb") or {})
         if peaks:
             worker = peaks.pop("worker", None)
@@ -248,7 +316,7 @@ def render_peers(table: dict[str, dict[str, Any]], args: Any) -> str:
         f"| paced {args.paced_rate:g} jobs/s: enqueue→start p50 (ms) | paced: p99 (ms) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for system in RUNNABLE:
+    for system in REPORTED:
         if system not in table:
             continue
         row = table[system]
@@ -262,6 +330,21 @@ def render_peers(table: dict[str, dict[str, Any]], args: Any) -> str:
             f"| {fmt(row['burst_enqueue_rate'])} | {burst_lat} "
             f"| {fmt(row['paced_p50_ms'], digits=1)} | {fmt(row['paced_p99_ms'], digits=1)} |"
         )
+    return "\n".join(lines)
+
+
+def render_before_after(table: dict[str, dict[str, Any]], revision: str) -> str:
+    """This checkout's SAN against SAN as of `revision`, measured in the same rounds."""
+    lines = [
+        f"| SAN, same run (jobs/s) | before (`{revision}`) | after (this checkout) "
+        "| after / before |",
+        "|---|---|---|---|",
+    ]
+    for key, label in (("drain_rate", "drain"), ("burst_rate", "burst enqueue→done")):
+        before = table.get(BEFORE, {}).get(key)
+        after = table.get("san", {}).get(key)
+        ratio = f"{after['median'] / before['median']:.3f}×" if before and after else "—"
+        lines.append(f"| {label} | {fmt(before)} | {fmt(after)} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -318,6 +401,16 @@ async def main_async(args: Any) -> int:
     started = time.time()
     systems = [s for s in RUNNABLE if s in args.systems]
     peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
+    runners = {
+        s: Runner(Path(sys.executable), "benchmarks.peers.san_peer")
+        if s == "san"
+        else Runner(peers_python or Path(), f"benchmarks.peers.{s}_peer")
+        for s in systems
+    }
+    if args.before:
+        runners[BEFORE] = before_checkout(args.before)
+        LABELS[BEFORE] = f"SAN before (`{args.before}`)"
+        systems.insert(systems.index("san") + 1 if "san" in systems else 0, BEFORE)
     print(f"peers installed in {time.time() - started:.0f}s", flush=True)
     # Where the wall time went (benchmarks/results/performance-history.md, "Wall time").
     phases: dict[str, float] = {"peers venv": time.time() - started}
@@ -337,14 +430,14 @@ async def main_async(args: Any) -> int:
             databases[system] = await create_database(server, f"bench_{system}")
             if system == "san":
                 await asyncio.to_thread(upgrade, databases[system])
+            elif system == BEFORE:
+                await asyncio.to_thread(migrate_with, runners[system], databases[system])
         for round_no in range(args.runs):
             for scenario in args.scenarios:
                 for system in systems:
-                    python = Path(sys.executable) if system == "san" else peers_python
-                    assert python is not None
                     mark = time.time()
                     outcome = run_driver(
-                        python, system, databases[system], amqp_url, scenario, args
+                        runners[system], databases[system], amqp_url, scenario, args
                     )
                     key = f"scenarios: {system}"
                     phases[key] = phases.get(key, 0.0) + time.time() - mark
@@ -378,6 +471,7 @@ async def main_async(args: Any) -> int:
         "",
         render_peers(table, args),
         "",
+        *([render_before_after(table, args.before), ""] if args.before else []),
         render_cpu(table),
         "",
         render_rss(table, report["peak_rss_mb_san_ratios"]),
@@ -413,6 +507,11 @@ def main() -> int:
         choices=["drain", "burst", "paced"],
     )
     parser.add_argument("--skip-san-ratios", action="store_true")
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="also run SAN as of git revision REV in the same rounds, and compare",
+    )
     parser.add_argument("--name", default="last", help="results file name (benchmarks/results/)")
     parser.add_argument(
         "--cards", type=int, default=100_000, help="similar cards: cards of one user"

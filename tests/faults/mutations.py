@@ -60,6 +60,12 @@ JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
+REGISTRY = "libs/common/src/san_common/jobs/registry.py"
+HANDLER = "libs/common/src/san_common/worker/handler.py"
+ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
+JOB_TYPE_E2E = (
+    "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
+)
 PARTITION = tuple(
     "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
     f"_api_resumes[{limits}]"
@@ -386,13 +392,13 @@ MUTATIONS = (
     ),
     Mutation(
         "acks-together-multiple",
-        "the acks written together use `multiple` (one ack also settles the deliveries "
-        "below it that are still running: lost if the worker dies)",
+        "a job's ack uses `multiple` (it also settles the deliveries below it that are "
+        "still running: lost if the worker dies)",
         (
             Edit(
                 CONSUMER,
-                "[spec.Basic.Ack(delivery_tag=tag) for tag in tags]",
-                "[spec.Basic.Ack(delivery_tag=tag, multiple=True) for tag in tags]",
+                "        await self._message.ack()\n",
+                "        await self._message.ack(multiple=True)\n",
             ),
         ),
         (
@@ -503,7 +509,7 @@ MUTATIONS = (
         (
             Edit(
                 ENGINE,
-                "                engine.sync_engine.pool._invalidate(pooled, exc)\n",
+                "                _SilentServer.of(engine.sync_engine).heard()\n",
                 "                pass\n",
             ),
         ),
@@ -845,6 +851,72 @@ MUTATIONS = (
             "tests/api/test_auth.py::test_a_signed_token_with_a_mistyped_time_claim_is_401_with"
             "_the_reason",
         ),
+    ),
+    Mutation(
+        "runtime-type-unmirrored",
+        "only the built-in job types' mirrors move (a type registered at start-up never does)",
+        (
+            Edit(
+                REGISTRY,
+                "return {t: s.mirror for t, s in _REGISTRY.items() if s.mirror is not None}",
+                "return {str(s.job_type): s.mirror for s in _BUILT_IN if s.mirror is not None}",
+            ),
+        ),
+        (JOB_TYPE_E2E,),
+    ),
+    Mutation(
+        "target-of-hard-coded",
+        "the admin API's job target ignores the registry (every target read as a scrap)",
+        (
+            Edit(
+                ADMIN_REPO,
+                "    table = spec.target\n",
+                '    table = registry.spec_for("CARD_ANALYSIS").target\n',
+            ),
+        ),
+        (JOB_TYPE_E2E,),
+    ),
+    Mutation(
+        "handler-consumer-unchecked",
+        "a worker collects a handler of a job type another service consumes",
+        (
+            Edit(
+                HANDLER,
+                "if registry.spec_for(job_type).consumer != consumer:",
+                "if registry.spec_for(job_type).consumer == object():",
+            ),
+        ),
+        ("tests/unit/test_registry.py::test_a_handler_of_another_workers_type_is_refused",),
+    ),
+    Mutation(
+        "superseded-ignored",
+        "recovery re-runs a job whose target another target replaced (the spec's superseded)",
+        (
+            Edit(
+                RECOVERY_REPO,
+                "superseded = false() if spec.superseded is None else spec.superseded(target_id)",
+                "superseded = false()",
+            ),
+        ),
+        ("tests/recovery/test_sweeps.py::test_failed_sweep_retries_newest_failures_until_the_cap",),
+    ),
+    Mutation(
+        "predicate-unaliased",
+        "SCRAP_REFINE's already_done reads scraps unaliased (the scrap sweep correlates it away)",
+        (Edit(REGISTRY, 'scrap = _scraps.alias("refined")', "scrap = _scraps"),),
+        ("tests/recovery/test_sweeps.py::test_scrap_sweeps_register_missing_jobs",),
+    ),
+    Mutation(
+        "keda-trigger-missing",
+        "a job type's queue has no KEDA trigger (the ai-worker would not scale on it)",
+        (
+            Edit(
+                "deploy/k8s/base/autoscaling.yaml",
+                "        queueName: san.jobs.github_star_recommendation\n",
+                "        queueName: san.jobs.card_analysis\n",
+            ),
+        ),
+        ("tests/deploy/test_kubernetes.py::test_keda_scales_each_worker_on_exactly_its_queues",),
     ),
 )
 

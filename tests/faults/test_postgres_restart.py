@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from san_common.db.engine import bound_engine
 from san_common.jobs.types import JobType
 from tests.faults.harness import (
     FaultStack,
@@ -70,7 +71,7 @@ async def test_postgres_fast_restart_and_killed_connections_lose_no_job(
     await eventually(
         all_in_flight, within=60, what="all 100 jobs inside their AI call", context=stack.logs
     )
-    await db.kw["bind"].dispose()  # the test's own pool would only hold dead connections
+    await bound_engine(db).dispose()  # the test's own pool would only hold dead connections
     await asyncio.to_thread(own_postgres.stop_fast)
     stack.ai.open_gate()  # the answers arrive while the database is down
     await asyncio.sleep(DOWN_SECONDS)  # the outage's length, a property of the fault

@@ -1,6 +1,6 @@
-"""The worker's acks (`worker/consumer.py` `Acks`): the jobs that finish together are acked
-in one write, and each ack still settles its own delivery only. Real RabbitMQ: what the
-broker redelivers after the connection is gone is what was not acked."""
+"""The worker's acks (`worker/consumer.py` `AmqpDelivery.ack`): the jobs that finish
+together each settle their own delivery only. Real RabbitMQ: what the broker redelivers
+after the connection is gone is what was not acked."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from san_common.worker.consumer import Acks
+from san_common.worker.consumer import AmqpDelivery
 from tests import infra
 from tests.waiting import eventually
 
@@ -86,11 +86,11 @@ async def test_acks_asked_together_each_settle_their_own_delivery_only(
     await channel.set_qos(prefetch_count=10)
     queue = await channel.declare_queue(queue_name, passive=True)
     messages = await _deliveries(queue, len(bodies))
-    acks = Acks()
+    deliveries = [AmqpDelivery(m, channel.default_exchange, "test") for m in messages]
 
-    # the later deliveries finish together while the first two still run: one write, and
-    # an ack of a later tag must not settle the earlier ones (`multiple` would)
-    await asyncio.gather(*(acks.ack(m) for m in messages[2:]))
+    # the later deliveries finish together while the first two still run: an ack of a
+    # later tag must not settle the earlier ones (`multiple` would)
+    await asyncio.gather(*(d.ack() for d in deliveries[2:]))
     await connection.close()  # the two still running go back to the queue
 
     assert await _left_in(amqp_url, queue_name, expected=2) == [b"job-0", b"job-1"]
@@ -104,9 +104,10 @@ async def test_an_ack_on_a_closed_channel_fails_and_the_broker_redelivers(
     channel = await connection.channel()
     queue = await channel.declare_queue(queue_name, passive=True)
     (message,) = await _deliveries(queue, 1)
+    delivery = AmqpDelivery(message, channel.default_exchange, "test")
     await channel.close()
 
     with pytest.raises(ChannelInvalidStateError):
-        await Acks().ack(message)
+        await delivery.ack()
     await connection.close()
     assert await _left_in(amqp_url, queue_name, expected=1) == [b"job-0"]

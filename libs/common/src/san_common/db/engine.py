@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from sqlalchemy import event
-from sqlalchemy.engine import ExceptionContext, make_url
+from sqlalchemy.engine import Engine, ExceptionContext, make_url
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -123,12 +125,38 @@ async def driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connec
             yield pooled.driver_connection
         except Exception as exc:
             if isinstance(exc, TimeoutError):
-                # SQLAlchemy's own call for a disconnect that invalidates the pool: every
-                # connection opened before now is replaced at its next checkout
-                engine.sync_engine.pool._invalidate(pooled, exc)
+                _SilentServer.of(engine.sync_engine).heard()
             if is_connection_loss(exc):
                 await connection.invalidate(exc)
             raise
+
+
+class _SilentServer:
+    """A statement on the driver met a silent server: the pool's next checkout replaces
+    every connection opened before it, SQLAlchemy's own handling of a disconnect that
+    invalidates the pool, reached the public way (a checkout listener raising
+    `InvalidatePoolError`)."""
+
+    _of: weakref.WeakKeyDictionary[Engine, _SilentServer] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self._heard = False
+
+    @classmethod
+    def of(cls, engine: Engine) -> _SilentServer:
+        silent = cls._of.get(engine)
+        if silent is None:
+            silent = cls._of[engine] = cls()
+            event.listen(engine, "checkout", silent._checkout)
+        return silent
+
+    def heard(self) -> None:
+        self._heard = True
+
+    def _checkout(self, *_: object) -> None:
+        if self._heard:
+            self._heard = False
+            raise InvalidatePoolError("the server went silent")
 
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -138,6 +166,16 @@ def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSessi
 def bound_engine(session_factory: async_sessionmaker[AsyncSession]) -> AsyncEngine:
     """The engine a session factory is bound to, for the hot paths that use no ORM and
     run their statements on a plain connection."""
-    engine = session_factory.kw["bind"]
-    assert isinstance(engine, AsyncEngine), "the session factory must be bound to an engine"
+    engine = _BOUND.get(session_factory)
+    if engine is None:
+        # a session holds nothing until it runs a statement: this one only answers
+        bind = session_factory().bind
+        assert isinstance(bind, AsyncEngine), "the session factory must be bound to an engine"
+        engine = _BOUND[session_factory] = bind
     return engine
+
+
+# Asked for each registration on the driver: answered once per factory.
+_BOUND: weakref.WeakKeyDictionary[async_sessionmaker[AsyncSession], AsyncEngine] = (
+    weakref.WeakKeyDictionary()
+)

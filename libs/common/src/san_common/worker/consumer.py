@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import aio_pika
-import aiormq
 from aio_pika.abc import (
     AbstractChannel,
     AbstractExchange,
@@ -26,63 +25,14 @@ from aio_pika.abc import (
     AbstractQueue,
     AbstractRobustConnection,
 )
-from aio_pika.exceptions import ChannelInvalidStateError
-from aiormq import spec
-from aiormq.abc import ChannelFrame
 
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
 from san_common.errors import cause_chain, is_connection_loss
-from san_common.worker.batching import Batcher
 from san_common.worker.pauses import PausedTypes
 
 log = logging.getLogger("san_common.worker")
-
-
-class Acks:
-    """The acks of the jobs that finish together, written together.
-
-    A completion batch settles its jobs at one moment, and each `IncomingMessage.ack` is a
-    trip of its own through aiormq's write queue, one socket write and one drain. Here the
-    acks asked for while the previous write is under way go out as one write: each is still
-    its own `basic.ack` of its own delivery tag — never `multiple`, which would also settle
-    the deliveries still running below the tag — sent after its job's outcome committed."""
-
-    def __init__(self) -> None:
-        self._batcher: Batcher[AbstractIncomingMessage, None] = Batcher(self._write)
-
-    async def ack(self, message: AbstractIncomingMessage) -> None:
-        await self._batcher.submit(message)
-
-    @staticmethod
-    async def _write(messages: Sequence[AbstractIncomingMessage]) -> list[BaseException | None]:
-        results: list[BaseException | None] = [None] * len(messages)
-        by_channel: dict[int, tuple[aiormq.Channel, list[int]]] = {}
-        for i, message in enumerate(messages):
-            try:
-                channel = cast(aiormq.Channel, message.channel)  # the one it came on
-            except ChannelInvalidStateError as exc:  # closed: the broker redelivers it
-                results[i] = exc
-                continue
-            by_channel.setdefault(id(channel), (channel, []))[1].append(i)
-        for channel, indexes in by_channel.values():
-            tags = [cast(int, messages[i].delivery_tag) for i in indexes]
-            # the channel's own future: failed by aiormq if the channel closes meanwhile
-            written = channel.create_future()
-            try:
-                await channel.write_queue.put(
-                    ChannelFrame.marshall(
-                        channel.number,
-                        [spec.Basic.Ack(delivery_tag=tag) for tag in tags],
-                        drain_future=written,
-                    )
-                )
-                await written
-            except Exception as exc:
-                for i in indexes:
-                    results[i] = exc
-        return results
 
 
 class AmqpDelivery:
@@ -93,12 +43,10 @@ class AmqpDelivery:
         message: AbstractIncomingMessage,
         dead_letters: AbstractExchange,
         job_type: str,
-        acks: Acks,
     ) -> None:
         self._message = message
         self._dead_letters = dead_letters
         self._job_type = job_type
-        self._acks = acks
 
     @property
     def body(self) -> bytes:
@@ -114,7 +62,9 @@ class AmqpDelivery:
         return count if isinstance(count, int) else 0
 
     async def ack(self) -> None:
-        await self._acks.ack(self._message)
+        # its own delivery only: `multiple` would also settle the deliveries still
+        # running below its tag (lost if the worker dies)
+        await self._message.ack()
 
     async def requeue(self) -> None:
         await self._message.nack(requeue=True)
@@ -168,7 +118,6 @@ class Consumer:
         self._drain_seconds = drain_seconds
         self._handle = handle
         self._slots = asyncio.Semaphore(prefetch)
-        self._acks = Acks()
         self._inflight: set[asyncio.Task[None]] = set()
         self._draining = False
         self.connected = asyncio.Event()
@@ -296,7 +245,7 @@ class Consumer:
         self, dead_letters: AbstractExchange, job_type: str
     ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
         async def on_message(message: AbstractIncomingMessage) -> None:
-            self._start(AmqpDelivery(message, dead_letters, job_type, self._acks))
+            self._start(AmqpDelivery(message, dead_letters, job_type))
 
         return on_message
 
