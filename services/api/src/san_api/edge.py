@@ -213,7 +213,6 @@ _TITLES = {
 }
 
 
-
 async def send_problem(
     send: Send,
     scope: Scope,

@@ -19,7 +19,7 @@ from fastapi.templating import Jinja2Templates
 from pydantic import ValidationError
 
 from san_api.admin import endpoints as api
-from san_api.admin import service
+from san_api.admin import notices, service
 from san_api.admin.auth import COOKIE, Operator, get_operator, operator_from_token
 from san_api.admin.schemas import BulkIn, DeadLetterAction, JobFilterIn, JobListQuery, SweepRunIn
 from san_api.deps import SessionDep, SettingsDep
@@ -67,7 +67,7 @@ login_router = APIRouter(prefix="/admin", include_in_schema=False)
 def _page(
     request: Request, name: str, operator: Operator, nav: str, **context: Any
 ) -> HTMLResponse:
-    notice = request.query_params.get("notice")
+    notice = notices.message(request.query_params)
     return templates.TemplateResponse(
         request,
         name,
@@ -84,10 +84,15 @@ def _page(
     )
 
 
-def _back(url: str, notice: str, *, error: bool = False) -> RedirectResponse:
+def _back(url: str, notice: str, *, error: bool = False, **params: object) -> RedirectResponse:
+    """Back to `url`, which shows `notice` (a key of `notices.MESSAGES`) with `params`."""
     sep = "&" if "?" in url else "?"
-    query = urlencode({"notice": notice, **({"error": "1"} if error else {})})
+    query = notices.query(notice, error=error, **params)
     return RedirectResponse(f"{url}{sep}{query}", status_code=303)
+
+
+def _refused(url: str, exc: AppError) -> RedirectResponse:
+    return _back(url, "refused", error=True, code=exc.code)
 
 
 async def _form(request: Request) -> dict[str, list[str]]:
@@ -229,15 +234,15 @@ async def jobs_page(
 ) -> Response:
     try:
         form = _filter_from_query(request)
-    except ValidationError as exc:
-        return _back("/admin/jobs", f"invalid filter: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back("/admin/jobs", "invalid", error=True)
     cursor = request.query_params.get("cursor") or None
     query = JobListQuery.model_validate({**form.model_dump(), "cursor": cursor, "limit": 50})
     page = await api.list_jobs(session, query)
     pairs = [
         (k, v)
         for k, v in request.query_params.multi_items()
-        if k not in ("cursor", "notice", "error") and v
+        if k not in ("cursor", "notice", "error", *notices.PARAMETERS) and v
     ]
     bulk = None
     if form.status or form.type or form.user or form.error or form.createdFrom:
@@ -276,11 +281,11 @@ async def jobs_bulk(
     try:
         body = BulkIn.model_validate({"action": action, "filter": raw})
         result = await api.bulk_action(body, session, settings, operator)
-    except ValidationError as exc:
-        return _back(back, f"invalid bulk action: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back(back, "invalid", error=True)
     except AppError as exc:
-        return _back(back, exc.detail, error=True)
-    return _back(back, f"{action}: {result.count} job(s)")
+        return _refused(back, exc)
+    return _back(back, f"bulk-{body.action}", count=result.count)
 
 
 @router.get("/jobs/{jobId}", response_class=HTMLResponse)
@@ -296,8 +301,8 @@ async def job_retry(jobId: uuid.UUID, session: SessionDep, operator: ConsoleOper
     try:
         await api.retry_job(jobId, session, operator)
     except AppError as exc:
-        return _back(f"/admin/jobs/{jobId}", exc.detail, error=True)
-    return _back(f"/admin/jobs/{jobId}", "retry registered: same job id, a new try")
+        return _refused(f"/admin/jobs/{jobId}", exc)
+    return _back(f"/admin/jobs/{jobId}", "retried")
 
 
 @router.post("/jobs/{jobId}/cancel")
@@ -305,7 +310,7 @@ async def job_cancel(jobId: uuid.UUID, session: SessionDep, operator: ConsoleOpe
     try:
         await api.cancel_job(jobId, session, operator)
     except AppError as exc:
-        return _back(f"/admin/jobs/{jobId}", exc.detail, error=True)
+        return _refused(f"/admin/jobs/{jobId}", exc)
     return _back(f"/admin/jobs/{jobId}", "cancelled")
 
 
@@ -314,7 +319,7 @@ async def job_type_pause(
     jobType: JobType, session: SessionDep, operator: ConsoleOperator
 ) -> Response:
     await api.pause(jobType, session, operator)
-    return _back("/admin", f"{jobType.value} paused")
+    return _back("/admin", "paused", type=jobType.value)
 
 
 @router.post("/job-types/{jobType}/resume")
@@ -322,7 +327,7 @@ async def job_type_resume(
     jobType: JobType, session: SessionDep, operator: ConsoleOperator
 ) -> Response:
     await api.resume(jobType, session, operator)
-    return _back("/admin", f"{jobType.value} resumed")
+    return _back("/admin", "resumed", type=jobType.value)
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)
@@ -360,12 +365,12 @@ async def _dead_letter_post(
             request.app.state.broker_admin,
             operator.name,
         )
-    except ValidationError as exc:
-        return _back("/admin/dead-letters", f"invalid: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back("/admin/dead-letters", "invalid", error=True)
     except AppError as exc:
-        return _back("/admin/dead-letters", exc.detail, error=True)
-    verb = "re-driven" if action == "redrive" else "purged"
-    return _back("/admin/dead-letters", f"{result.count} dead letter(s) {verb}")
+        return _refused("/admin/dead-letters", exc)
+    done = "redriven" if action == "redrive" else "purged"
+    return _back("/admin/dead-letters", done, count=result.count)
 
 
 @router.post("/dead-letters/redrive")
@@ -396,11 +401,11 @@ async def sweeps_run(request: Request, session: SessionDep, operator: ConsoleOpe
     try:
         body = SweepRunIn.model_validate({"sweeps": names})
         await api.run_sweeps(body, session, operator)
-    except ValidationError as exc:
-        return _back("/admin/sweeps", f"invalid: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back("/admin/sweeps", "invalid", error=True)
     except AppError as exc:
-        return _back("/admin/sweeps", exc.detail, error=True)
-    return _back("/admin/sweeps", f"requested: {', '.join(names)}")
+        return _refused("/admin/sweeps", exc)
+    return _back("/admin/sweeps", "sweeps-requested", sweeps=",".join(body.sweeps))
 
 
 @router.get("/audit", response_class=HTMLResponse)
