@@ -197,12 +197,12 @@ async def test_a_stream_past_its_lifetime_is_closed_and_resuming_loses_nothing(
         took = asyncio.get_running_loop().time() - started
         assert lifetime <= took < lifetime + 5, took  # the job is not final: the lifetime
         assert any("Last-Event-ID" in line for line in rest), rest
-        # while no stream is open, the job moves on twice
-        await set_status(sessions, job_id, "PENDING")
-        await set_status(sessions, job_id, "COMPLETED")
+        # while no stream is open, the job moves on: released, claimed again, completed
+        for status in ("PENDING", "PROCESSING", "COMPLETED"):
+            await set_status(sessions, job_id, status)
         resumed = {**headers, "Last-Event-ID": last_id}
         async with client.stream("GET", url, headers=resumed) as second:
-            events = await read_events(second.aiter_lines(), 2)
+            events = await read_events(second.aiter_lines(), 3)
         seen += [e["data"]["status"] for e in events]
         assert int(events[0]["id"]) > int(last_id)
-    assert seen == ["PENDING", "PROCESSING", "PENDING", "COMPLETED"], seen
+    assert seen == ["PENDING", "PROCESSING", "PENDING", "PROCESSING", "COMPLETED"], seen
