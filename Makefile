@@ -11,10 +11,11 @@ PYTEST_ARGS ?=
 # Trust the system certificate store (corporate proxies and mirrors put their CA there).
 export UV_SYSTEM_CERTS ?= 1
 
-.PHONY: help setup run-env run demo test token lint typecheck bench soak scaling mutants clean
+.PHONY: help setup run-env run ai-check demo test token lint typecheck bench soak scaling mutants clean
 
 help:
 	@echo "make run    - embedded PostgreSQL + RabbitMQ + every service, logs here, Ctrl-C stops"
+	@echo "make ai-check - check the configured AI server (strict JSON output, 1536-dim embeddings)"
 	@echo "make demo   - walk the README's 'Try it' against a running 'make run'"
 	@echo "make test   - install and run the whole test suite"
 	@echo "make token  - mint a bearer token for local use (SUBJECT=local-user)"
@@ -32,11 +33,16 @@ setup: $(UV_BOOTSTRAP)
 
 # What running needs and nothing more: no dev group (test and lint tools). --inexact keeps
 # the dev tools of an existing `make setup` environment instead of uninstalling them.
+# Quiet: a failed start's one line is then the only line on stderr (uv still prints errors).
 run-env: $(UV_BOOTSTRAP)
-	$(UV) sync --frozen --no-dev --inexact
+	@echo "run: installing what running needs (uv sync --frozen --no-dev)"
+	@$(UV) sync --frozen --no-dev --inexact --quiet
 
 run: run-env
 	$(UV) run --frozen --no-sync python dev/run_local.py
+
+ai-check: run-env
+	@$(UV) run --frozen --no-sync san-ai-check
 
 demo: run-env
 	@$(UV) run --frozen --no-sync python dev/demo.py

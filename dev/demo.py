@@ -62,7 +62,9 @@ def walk(client: httpx.Client) -> None:
         "POST /scraps",
     )
     job_id, scrap_id = scrap["analysisJobId"], scrap["scrapId"]
-    if job_id is None:  # the demo ran before: the scrap exists and its card too
+    # The demo ran before: the scrap exists, and either its card (no job id) or the
+    # analysis still on its way (its id), which is waited for like a new one.
+    if job_id is None:
         print("(this scrap was saved before; its card already exists)")
     else:
         deadline = time.monotonic() + JOB_TIMEOUT_SECONDS

@@ -31,12 +31,13 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}:{port}"))
 
 
-def ensure_rabbitmq(url: str = DEFAULT_AMQP_URL, timeout: float = 60.0) -> None:
-    """Return once something listens at `url`'s host and port; start `rabbitmq-server` on
-    that port if the URL is local and it is installed; else raise BrokerUnavailable."""
+def ensure_rabbitmq(url: str = DEFAULT_AMQP_URL, timeout: float = 60.0) -> bool:
+    """Return once something listens at `url`'s host and port — True when this call
+    started it (`rabbitmq-server` on that port, if the URL is local and it is installed),
+    False when it was already running; else raise BrokerUnavailable."""
     host, port = address(url)
     if port_open(host, port):
-        return
+        return False
     how = (
         "start one (`rabbitmq-server -detached`, or "
         f"`docker run -d -p {port}:5672 rabbitmq:3.13-management`) or set AMQP_URL"
@@ -56,6 +57,21 @@ def ensure_rabbitmq(url: str = DEFAULT_AMQP_URL, timeout: float = 60.0) -> None:
                 f"within {timeout:.0f}s: {how}"
             )
         time.sleep(0.5)  # poll interval, inside the deadline above
+    return True
+
+
+def stop_rabbitmq(url: str = DEFAULT_AMQP_URL) -> None:
+    """Stop the node `ensure_rabbitmq` started for `url` (`-detached` outlives its parent).
+    A broker that was already running is never passed here: it is someone else's."""
+    _, port = address(url)
+    subprocess.run(
+        ["rabbitmqctl", "stop"],
+        check=False,
+        env={**os.environ, "RABBITMQ_NODE_PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=60,
+    )
 
 
 def port_open(host: str, port: int) -> bool:

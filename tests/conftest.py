@@ -110,7 +110,7 @@ async def topology(amqp_url: str) -> AsyncIterator[Topology]:
     channel = await connection.channel()
     await declare_topology(channel, topology)
     yield topology
-    for queue in topology.all_queue_names():
+    for queue in [*topology.all_queue_names(), topology.owner_queue]:
         await channel.queue_delete(queue)
     for exchange in (topology.jobs_exchange, topology.dead_letter_exchange):
         await channel.exchange_delete(exchange)

@@ -66,7 +66,7 @@ async def test_verbs_work_against_a_running_api(url: str, sessions: Sessions) ->
     code, out, _ = await admin(url, "dlq", "list")
     assert code == 0 and "total: 0" in out
     code, out, _ = await admin(url, "dlq", "redrive", "--all")
-    assert (code, out.strip()) == (0, "redrive: 0 dead letter(s)")
+    assert (code, out.strip()) == (0, "redrive: 0 re-driven, 0 not re-drivable, 0 failed")
     code, out, _ = await admin(url, "sweeps", "run", "retention")
     assert code == 0 and out.startswith("requested #")
     code, out, _ = await admin(url, "audit", "--limit", "5")
@@ -103,3 +103,19 @@ def test_the_console_script_is_installed_and_checks_its_arguments() -> None:
     assert missing.returncode == 2 and "no operator token" in missing.stderr
     help_ = subprocess.run([*script, "--help"], capture_output=True, text=True)
     assert help_.returncode == 0 and "jobs list" in help_.stdout
+
+
+async def test_bulk_retry_says_what_it_skips_as_superseded(url: str, sessions: Sessions) -> None:
+    user_id, external = await new_user(sessions)
+    target = uuid.uuid4()
+    [old] = await insert_jobs(sessions, user_id, target_id=target)
+    await insert_jobs(sessions, user_id, target_id=target, status="COMPLETED")  # took its place
+    await insert_jobs(sessions, user_id)  # a failure nobody followed up: retried
+    code, out, _ = await admin(url, "jobs", "retry", "--where", "--user", external, "--dry-run")
+    assert code == 0
+    assert out.splitlines() == [
+        "retry: would touch 1 job(s)",
+        "retry: skipped 1 job(s), superseded: a newer job of the same target and type exists",
+    ]
+    code, out, err = await admin(url, "jobs", "retry", str(old))
+    assert code != 0 and "superseded" in err

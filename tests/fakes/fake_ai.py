@@ -48,6 +48,8 @@ class FakeAiServer(LoopbackServer):
         self.error_detail = ""  # appended to the error bodies of "http_500" and "http_400"
         self.embedding_dimensions = 1536  # the model's native size: at most this many are sent
         self.chat_override: ChatOverride | None = None
+        # False: like servers with JSON mode only, a json_schema response_format is a 400
+        self.json_schema_supported = True
         self._lock = threading.Lock()
         self._fault: Fault | None = None
         self._fault_times: int | None = None
@@ -118,7 +120,7 @@ class FakeAiServer(LoopbackServer):
     # -- answers ---------------------------------------------------------------------------
 
     def _chat_answer(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        name = body["response_format"]["json_schema"]["name"]
+        name = _schema_name(body)
         override = self.chat_override
         if override is not None:
             return override(name, body)
@@ -166,12 +168,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._embeddings(body, fault)
 
     def _chat(self, body: dict[str, Any], fault: Fault | None) -> None:
+        kind = body["response_format"]["type"]
+        if kind == "json_schema" and not self.server.fake.json_schema_supported:
+            self._send_json(400, _error("response_format type json_schema is not supported"))
+            return
         answer = self.server.fake._chat_answer(body)
         if answer is None:
             self._send_json(400, _error("unknown response_format.json_schema.name"))
             return
         if fault == "missing_field":
-            required = body["response_format"]["json_schema"]["schema"].get("required") or [*answer]
+            required = [*answer]
+            if kind == "json_schema":
+                required = (
+                    body["response_format"]["json_schema"]["schema"].get("required") or required
+                )
             answer = {k: v for k, v in answer.items() if k != required[0]}
         content = "Sure! Here is the JSON you asked for." if fault == "invalid_json" else None
         self._send_json(
@@ -301,3 +311,14 @@ _CANNED: dict[str, Callable[[str], dict[str, Any]]] = {
     "recall_quiz": _recall_quiz,
     "star_recommendation": _star_recommendation,
 }
+
+
+def _schema_name(body: dict[str, Any]) -> str:
+    """The answer asked for: json_schema mode names it in `response_format`; JSON mode
+    (json_object) only in the system prompt ("… one JSON object named card_analysis …")."""
+    response_format = body["response_format"]
+    if response_format["type"] == "json_schema":
+        return str(response_format["json_schema"]["name"])
+    system = next(m["content"] for m in body["messages"] if m["role"] == "system")
+    found = re.search(r"JSON object named (\w+)", system)
+    return found.group(1) if found else ""

@@ -95,7 +95,7 @@ class Mutation:
 MUTATIONS = (
     Mutation(
         "fencing",
-        "fencing removed from the owned update (`_owned` no longer matches the try)",
+        "fencing removed from the owned update (`_HELD` no longer matches the try)",
         (
             Edit(
                 LIFECYCLE,
@@ -468,6 +468,33 @@ MUTATIONS = (
             ),
         ),
         ("tests/unit/test_executor.py::test_a_bug_that_repeats_does_not_spin_its_delivery",),
+    ),
+    Mutation(
+        "foreign-or-unknown-acked",
+        "a message of another deployment, or of a job this deployment does not know, is "
+        "acked as skipped instead of dead-lettered",
+        (
+            Edit(
+                EXECUTOR,
+                "        if sender is not None and self.deployment_id is not None and sender != "
+                "self.deployment_id:\n",
+                "        if sender is not None and self.deployment_id is not None and sender != "
+                "self.deployment_id:\n            await self._ack(delivery)\n"
+                "            return Outcome.SKIPPED\n",
+            ),
+            Edit(
+                EXECUTOR,
+                "            if got is None:\n",
+                "            if got is None:\n                await self._ack(delivery)\n"
+                "                return Outcome.SKIPPED\n",
+            ),
+        ),
+        (
+            "tests/unit/test_executor.py::test_messages_of_another_deployment_or_an_unknown_job"
+            "_are_dead_lettered_with_one_warning",
+            "tests/worker/test_deployments.py::"
+            "test_foreign_and_unknown_job_messages_are_dead_lettered_with_their_reason",
+        ),
     ),
     Mutation(
         "drain-starts-held-deliveries",

@@ -43,8 +43,8 @@ class MemoryDelivery:
     async def requeue(self) -> None:
         self.settled.append("requeue")
 
-    async def dead_letter(self, reason: str) -> None:
-        self.settled.append(f"dead_letter: {reason}")
+    async def dead_letter(self, kind: str, reason: str) -> None:
+        self.settled.append(f"dead_letter: {kind}: {reason}")
 
 
 class RefineHandler:

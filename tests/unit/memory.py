@@ -21,6 +21,7 @@ class MemoryDelivery:
     headers: Mapping[str, Any] = field(default_factory=dict)
     delivery_count: int = 0
     settled: list[str] = field(default_factory=list)
+    dead_kind: str | None = None
     dead_reason: str | None = None
 
     async def ack(self) -> None:
@@ -29,9 +30,9 @@ class MemoryDelivery:
     async def requeue(self) -> None:
         self.settled.append("requeue")
 
-    async def dead_letter(self, reason: str) -> None:
+    async def dead_letter(self, kind: str, reason: str) -> None:
         self.settled.append("dead_letter")
-        self.dead_reason = reason
+        self.dead_kind, self.dead_reason = kind, reason
 
 
 def delivery_for(job: AsyncJob, **changes: object) -> MemoryDelivery:

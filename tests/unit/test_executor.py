@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.errors import PermanentJobError, TransientJobError
 from san_common.models import AsyncJob
 from san_common.retry import RetryPolicy
@@ -288,6 +289,41 @@ async def test_messages_it_cannot_run_are_dead_lettered_with_their_reason(
     assert await executor(store, handler).handle(delivery) == Outcome.DEAD_LETTERED
     assert delivery.settled == ["dead_letter"] and handler.runs == 0
     assert delivery.dead_reason is not None and delivery.dead_reason.startswith(reason)
+
+
+async def test_messages_of_another_deployment_or_an_unknown_job_are_dead_lettered_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, handler = MemoryStore(), Scripted()
+    run = executor(store, handler)
+    run.deployment_id = "ours"
+    foreign = [delivery_for(store.add(new_job())) for _ in range(3)]
+    for delivery in foreign:
+        delivery.headers = {DEPLOYMENT_HEADER: b"theirs"}
+    unknown = [delivery_for(new_job()) for _ in range(2)]  # jobs the store never saw
+    with caplog.at_level(logging.DEBUG, logger="san_common.worker"):
+        for delivery in [*foreign, *unknown]:
+            assert await run.handle(delivery) == Outcome.DEAD_LETTERED
+    assert [d.dead_kind for d in foreign] == ["foreign"] * 3
+    assert [d.dead_kind for d in unknown] == ["unknown-job"] * 2
+    assert all(d.settled == ["dead_letter"] for d in [*foreign, *unknown])
+    assert handler.runs == 0 and all(j.tries == 0 for j in store.jobs.values())
+    assert foreign[0].dead_reason == "a message of deployment theirs; this worker serves ours"
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "AMQP_PREFIX" in warnings[0].getMessage() and "vhost" in warnings[0].getMessage()
+
+
+async def test_a_message_of_this_deployment_or_without_an_identity_runs() -> None:
+    store, handler = MemoryStore(), Scripted()
+    run = executor(store, handler)
+    run.deployment_id = "ours"
+    ours = delivery_for(store.add(new_job()))
+    ours.headers = {DEPLOYMENT_HEADER: "ours"}
+    older = delivery_for(store.add(new_job()))  # published before messages carried it
+    assert await run.handle(ours) == Outcome.COMPLETED
+    assert await run.handle(older) == Outcome.COMPLETED
+    assert ours.settled == older.settled == ["ack"]
 
 
 async def test_shutdown_mid_job_releases_it_and_requeues_the_message() -> None:

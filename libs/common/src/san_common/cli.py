@@ -105,24 +105,63 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-class Unreachable(SystemExit):
-    """A dependency could not be reached: one line on stderr, exit code 1."""
+class StartupFailure(SystemExit):
+    """The process cannot start: one line on stderr — what is wrong, the setting that
+    decides it and the fix — and a non-zero exit code. Never a traceback: the line is
+    what a deployer reads in a crash-looping pod's log or a terminal."""
 
-    def __init__(self, prog: str, what: str, url: str, cause: BaseException) -> None:
-        print(
-            f"{prog}: cannot reach {what} at {redact_url(url)} ({describe(cause)})",
-            file=sys.stderr,
-            flush=True,
+    def __init__(self, prog: str, message: str, code: int = EXIT_UNREACHABLE) -> None:
+        print(f"{prog}: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        super().__init__(code)
+
+
+class Unreachable(StartupFailure):
+    """A dependency could not be reached at `url`, which `setting` names."""
+
+    def __init__(
+        self, prog: str, what: str, url: str, cause: BaseException, *, setting: str, fix: str
+    ) -> None:
+        super().__init__(
+            prog, f"cannot reach {what} at {redact_url(url)} ({describe(cause)}): {fix} {setting}"
         )
-        super().__init__(EXIT_UNREACHABLE)
+
+
+def require_free_port(prog: str, setting: str, host: str, port: int) -> None:
+    """Fail at once, before anything starts, when `host:port` cannot be listened on — not
+    after every dependency is up, with the reason buried in a log."""
+    if port == 0:  # any free port: nothing to check
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        with socket.socket(family, kind, proto) as probe:
+            # as the servers set it: a port whose old connections linger is not "in use"
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or describe(exc)
+        raise StartupFailure(
+            prog,
+            f"cannot listen on {host}:{port} ({reason}): stop what is using it "
+            f"or set {setting} to a free port",
+        ) from None
+
+
+class StartupRefused(Exception):
+    """The service must not run as configured (its message says why and what to change):
+    one line on stderr, exit code 2."""
 
 
 def run(prog: str, main: Coroutine[Any, Any, object]) -> None:
-    """`asyncio.run(main)` on uvloop where it is installed; a connection error escaping it
-    ends the process with one line."""
+    """`asyncio.run(main)` on uvloop where it is installed; a connection error or a refusal
+    escaping it ends the process with one line."""
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(main)
+    except StartupRefused as exc:
+        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_USAGE) from None
     except CONNECTION_ERRORS as exc:
         print(f"{prog}: lost a connection it needs ({describe(exc)})", file=sys.stderr)
         raise SystemExit(EXIT_UNREACHABLE) from None

@@ -72,7 +72,7 @@ RECOVERY_LAST_SUCCESS = Gauge(
 )
 
 JOB_OUTCOMES = ("completed", "failed", "lease_lost")
-DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable")
+DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable", "foreign", "unknown-job")
 
 
 def init_worker_series(job_types: Iterable[str]) -> None:

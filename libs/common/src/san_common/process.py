@@ -8,6 +8,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
+from san_common import cli
 from san_common.logs import configure_service_logging
 from san_common.probes import ProbeServer, ReadinessCheck
 from san_common.settings import ServiceSettings
@@ -55,6 +56,9 @@ async def serve(
     stop = asyncio.Event()
     stop_on_signals(stop)
     probes = ProbeServer(settings.probe_host, settings.probe_port, ready)
+    cli.require_free_port(
+        f"san-{settings.service_name}", "PROBE_PORT", settings.probe_host, settings.probe_port
+    )
     await probes.start()
     tune_garbage_collector()
     try:

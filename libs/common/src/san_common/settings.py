@@ -5,12 +5,12 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import ClassVar, Literal, TypeVar
-from urllib.parse import unquote, urlsplit
+from typing import Annotated, ClassVar, Literal, TypeVar
+from urllib.parse import SplitResult, unquote, urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -20,6 +20,58 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@localhost:5672/"
 PLACEHOLDER_PASSWORDS = frozenset(
     {"", "san-local-only", "guest", "postgres", "password", "changeme", "change-me", "secret"}
 )
+
+
+def _url_parts(value: str, example: str) -> SplitResult:
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc}); expected {example}") from None
+    return parts
+
+
+def _checked_url(
+    schemes: frozenset[str], example: str, *, socket_host: bool = False
+) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not value:
+            return value  # unset: each setting decides what that means
+        parts = _url_parts(value, example)
+        if parts.scheme not in schemes:
+            raise ValueError(
+                f"the scheme must be {' or '.join(sorted(schemes))}, not {parts.scheme or 'none'!r}"
+                f"; expected {example}"
+            )
+        if not parts.hostname and not (socket_host and "host=" in parts.query):
+            raise ValueError(f"the URL names no host; expected {example}")
+        return value
+
+    return check
+
+
+# URL settings: strings still (every client takes one), but checked when the settings load,
+# so a malformed URL is one configuration line naming the variable — never a traceback from
+# deep inside a driver at first use. Empty means "unset"; each setting decides what that is.
+PostgresUrl = Annotated[
+    str,
+    AfterValidator(
+        _checked_url(
+            frozenset({"postgresql", "postgres", "postgresql+asyncpg"}),
+            "postgresql://user:password@host:5432/database",
+            socket_host=True,  # libpq's ?host=/socket/dir form, as the embedded server's
+        )
+    ),
+]
+AmqpUrl = Annotated[
+    str,
+    AfterValidator(
+        _checked_url(frozenset({"amqp", "amqps"}), "amqp://user:password@host:5672/vhost")
+    ),
+]
+HttpUrl = Annotated[
+    str, AfterValidator(_checked_url(frozenset({"http", "https"}), "https://host[:port]/path"))
+]
 
 
 class ServiceSettings(BaseSettings):
@@ -42,11 +94,11 @@ class ServiceSettings(BaseSettings):
 
     san_env: Literal["development", "test", "production"] = "development"
     service_name: str = "san"
-    database_url: str = Field(
+    database_url: PostgresUrl = Field(
         default="",
         description="postgresql://… URL; empty in a local run: the launcher's embedded one",
     )
-    amqp_url: str = DEFAULT_AMQP_URL
+    amqp_url: AmqpUrl = DEFAULT_AMQP_URL
     amqp_prefix: str = Field(
         default="san",
         pattern=r"^[A-Za-z0-9_.-]+$",
@@ -62,7 +114,7 @@ class ServiceSettings(BaseSettings):
     tracing_enabled: bool = Field(
         default=False, description="OpenTelemetry tracing (also on when an OTLP endpoint is set)"
     )
-    otel_exporter_otlp_endpoint: str = Field(
+    otel_exporter_otlp_endpoint: HttpUrl = Field(
         default="", description="OTLP/HTTP collector, e.g. http://otel-collector:4318"
     )
 
@@ -141,9 +193,13 @@ def load_settings(cls: type[S]) -> S:
     try:
         return cls()
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors())
-        print(f"configuration error ({cls.__name__}): {problems}", file=sys.stderr)
+        print(f"configuration error ({cls.__name__}): {describe_errors(exc)}", file=sys.stderr)
         raise ConfigurationError(2) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Every problem of a settings class on one line, each naming its variable."""
+    return "; ".join(_describe(error) for error in exc.errors())
 
 
 def _describe(error: ErrorDetails) -> str:

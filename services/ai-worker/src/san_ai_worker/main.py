@@ -25,14 +25,7 @@ PROG = "san-ai-worker"
 
 async def amain(settings: AiWorkerSettings) -> None:
     engine = settings.database_engine(pool_size=settings.worker_prefetch + 2)
-    ai = build_provider(
-        settings.ai_provider,
-        base_url=settings.ai_base_url,
-        api_key=settings.ai_api_key,
-        chat_model=settings.ai_chat_model,
-        embedding_model=settings.ai_embedding_model,
-        timeout_seconds=settings.ai_timeout_seconds,
-    )
+    ai = build_provider(settings.ai_provider, **settings.provider_options())
     github = settings.github_client()
     runtime = WorkerRuntime(
         session_factory=create_session_factory(engine),

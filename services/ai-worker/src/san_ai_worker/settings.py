@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from san_common.github.settings import GithubAccessSettings
+from san_common.settings import HttpUrl
 from san_common.worker.settings import WorkerSettings
 
 
@@ -15,11 +16,27 @@ class AiWorkerSettings(WorkerSettings, GithubAccessSettings):
 
     service_name: str = "ai-worker"
     ai_provider: Literal["openai", "local"] = "local"
-    ai_base_url: str = "https://api.openai.com/v1"
+    ai_base_url: HttpUrl = "https://api.openai.com/v1"
     ai_api_key: str = Field(default="", repr=False)
     ai_chat_model: str = "gpt-4o-mini"
     ai_embedding_model: str = "text-embedding-3-small"
     ai_timeout_seconds: float = Field(default=60.0, gt=0)
+    ai_response_format: Literal["json_schema", "json_object"] = Field(
+        default="json_schema",
+        description="json_object for servers without strict json_schema output (JSON mode; "
+        "every answer still validated against its schema)",
+    )
+
+    def provider_options(self) -> dict[str, Any]:
+        """`build_provider`'s keyword arguments from these settings."""
+        return {
+            "base_url": self.ai_base_url,
+            "api_key": self.ai_api_key,
+            "chat_model": self.ai_chat_model,
+            "embedding_model": self.ai_embedding_model,
+            "timeout_seconds": self.ai_timeout_seconds,
+            "response_format": self.ai_response_format,
+        }
 
     @model_validator(mode="after")
     def _key_for_openai_in_production(self) -> AiWorkerSettings:

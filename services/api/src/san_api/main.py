@@ -2,7 +2,8 @@
 
 Configured by the environment (DATABASE_URL, API_HOST, API_PORT, AUTH_JWT_SECRET, …; see
 docs/operations.md). Needs PostgreSQL only: exits 1 with one line when it cannot be reached
-at start-up. A broker outage is absorbed by the outbox; `/readyz` shows the broker's state.
+at start-up, or when API_PORT is taken. A broker outage is absorbed by the outbox; `/readyz`
+shows the broker's state.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ async def _check_database(settings: ApiSettings) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     cli.parse(PROG, __doc__ or "", distribution="san-api", argv=argv)
     settings = load_settings(ApiSettings)
+    cli.require_free_port(PROG, "API_PORT", settings.api_host, settings.api_port)
     asyncio.run(_check_database(settings))
     configure_service_logging(settings)
     configure_tracing(settings)

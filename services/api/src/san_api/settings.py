@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from san_common.github.settings import GithubAccessSettings
 from san_common.local_secrets import PLACEHOLDERS, local_secret
+from san_common.settings import HttpUrl
 
 
 class ApiSettings(GithubAccessSettings):
@@ -71,10 +72,10 @@ class ApiSettings(GithubAccessSettings):
     similar_cards_threshold: float = Field(default=0.5, ge=0, le=2)
     similar_cards_k: int = Field(default=10, ge=1, le=100)
     # GitHub (docs/reference/job-rules.md §4, §8)
-    github_oauth_url: str = "https://github.com"
+    github_oauth_url: HttpUrl = "https://github.com"
     github_client_id: str = ""
     github_client_secret: str = Field(default="", repr=False)
-    github_oauth_redirect_url: str = Field(
+    github_oauth_redirect_url: HttpUrl = Field(
         default="", description="Callback URL sent to GitHub; empty uses the OAuth app's own"
     )
     github_oauth_state_ttl_seconds: int = Field(default=600, ge=30, le=3600)
@@ -92,7 +93,7 @@ class ApiSettings(GithubAccessSettings):
         description="Header an auth proxy sets to the operator's name (e.g. X-Forwarded-User); "
         "empty: only operator tokens. The proxy must strip it from client requests.",
     )
-    rabbitmq_management_url: str = Field(
+    rabbitmq_management_url: HttpUrl = Field(
         default="",
         description="http://user:pass@host:15672 of the management API (queue depths, "
         "consumers, unacked); empty: passive declares (depth and consumers only)",

@@ -28,17 +28,19 @@ import asyncpg
 from aio_pika.abc import (
     AbstractChannel,
     AbstractConnection,
+    AbstractExchange,
     AbstractRobustConnection,
 )
-from aiormq import spec
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common import metrics, tracing
+from san_common import deployment, metrics, tracing
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
-from san_common.broker.topology import Topology, declare_topology
+from san_common.broker.ownership import hold_prefix
+from san_common.broker.topology import Topology, adopt_legacy_dead_letters, declare_topology
 from san_common.cli import describe
 from san_common.db.engine import bound_engine, plain_url
+from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
 from san_relay.repository import Pending
@@ -73,13 +75,16 @@ class Relay:
         self._last_published_round: float | None = None
         self._topology = topology
         self._wakeup = asyncio.Event()
-        self._exchanges: set[str] = set()
+        self._exchanges: dict[str, AbstractExchange] = {}
         self._listener: asyncpg.Connection | None = None
         self._listening = asyncio.Lock()
         self._backlog = asyncio.Event()  # a round found a full batch: the others join in
         self.ready = asyncio.Event()
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
+        # read from the database once (at start, or by the first round); every message
+        # carries it
+        self._deployment_id: str | None = None
 
     def broker_connected(self) -> bool:
         """Readiness: the publishing connection and channel are open (no new connection)."""
@@ -90,7 +95,14 @@ class Relay:
         )
 
     async def run(self, stop: asyncio.Event) -> None:
+        self._deployment_id = await deployment.identity(self._sessions)
         connection = await connect_robust(self._settings.amqp_url)
+        try:
+            # before anything is published: never onto another deployment's queues
+            await hold_prefix(connection, self._topology, self._deployment_id)
+        except BaseException:
+            await connection.close()
+            raise
         await self._ensure_listener()
         rescuer = LeaseRescuer(
             self._sessions,
@@ -104,6 +116,11 @@ class Relay:
         rounds: list[asyncio.Task[None]] = []
         try:
             channel = await self.open_channel(connection)
+            if moved := await adopt_legacy_dead_letters(connection, self._topology):
+                log.info(
+                    "dead letters moved from the earlier quorum dead-letter queue",
+                    extra={"fields": {"moved": moved, "to": self._topology.dead_letter_queue}},
+                )
             self._connection, self._channel = connection, channel
             self.ready.set()
             log.info("relay running")
@@ -177,6 +194,8 @@ class Relay:
 
     async def publish_once(self, channel: AbstractChannel) -> int:
         """Publish one batch; returns how many rows were confirmed and marked."""
+        if self._deployment_id is None:
+            self._deployment_id = await deployment.identity(self._sessions)
         async with self._engine.begin() as connection:
             batch = await repository.claim_unpublished(connection, self._settings.relay_batch_size)
             self._next_due = (
@@ -218,11 +237,9 @@ class Relay:
         """The ids the broker confirmed, and the first failure's description (the round's
         one warning names it; a line per message would flood the log in an outage)."""
 
-        # aiormq's channel under aio-pika's, taken once a round: aio-pika's Exchange.publish
-        # awaits the robust connection's readiness and builds a Message for every row, a
-        # tenth of the relay's CPU (docs/performance.md). Same frames, same confirms.
-        underlay = await channel.get_underlay_channel()
         timeout = self._settings.relay_publish_timeout_seconds
+        assert self._deployment_id is not None  # read by publish_once
+        deployment_id = self._deployment_id
 
         async def publish(row: Pending) -> int:
             exchange = await self._exchange(channel, row.exchange)
@@ -235,23 +252,23 @@ class Relay:
                 parent=envelope_trace,
                 attributes={"messaging.message.id": str(row.message_id)},
             ):
-                properties = spec.Basic.Properties(
+                message = aio_pika.Message(
+                    row.body,
                     content_type="application/json",
-                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT.value,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                     message_id=str(row.message_id),
                     timestamp=row.created_at,
-                    message_type=row.routing_key,
+                    type=row.routing_key,
                     headers={
                         **row.headers,
                         **envelope_trace,
                         **tracing.current_trace_context(),
+                        DEPLOYMENT_HEADER: deployment_id,
                     },
                 )
-                await underlay.basic_publish(
-                    row.body,
-                    exchange=exchange,
+                await exchange.publish(
+                    message,
                     routing_key=row.routing_key,
-                    properties=properties,
                     mandatory=True,  # unroutable comes back: the channel raises it
                     timeout=timeout,
                 )
@@ -264,13 +281,13 @@ class Relay:
         failures = [r for r in results if isinstance(r, BaseException)]
         return confirmed, describe(failures[0]) if failures else None
 
-    async def _exchange(self, channel: AbstractChannel, logical_name: str) -> str:
-        """The broker's name of a logical exchange, checked to exist once per channel."""
+    async def _exchange(self, channel: AbstractChannel, logical_name: str) -> AbstractExchange:
+        """A logical exchange, checked to exist once."""
         name = self._topology.exchange_for(logical_name)
-        if name not in self._exchanges:
-            await channel.get_exchange(name, ensure=True)
-            self._exchanges.add(name)
-        return name
+        exchange = self._exchanges.get(name)
+        if exchange is None:
+            exchange = self._exchanges[name] = await channel.get_exchange(name, ensure=True)
+        return exchange
 
     async def _ensure_listener(self) -> None:
         if self._listener is not None and not self._listener.is_closed():

@@ -26,13 +26,23 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
+from sqlalchemy import text
 
 from san_common import cli
 from san_common.db.engine import async_url, create_engine
+from san_common.dependencies import (
+    CHECK_TIMEOUT_SECONDS,
+    DATABASE_ERRORS,
+    database_failure,
+    missing_pgvector,
+)
 
 PROG = "san-migrate"
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 CHECK_INTERVAL_SECONDS = 2.0
+_PGVECTOR_AVAILABLE = text(
+    "SELECT EXISTS (SELECT FROM pg_available_extensions WHERE name = 'vector')"
+)
 
 
 def alembic_config(database_url: str) -> Config:
@@ -141,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check":
             return _check(url, args.wait)
+        asyncio.run(_preflight(url))
         if args.command == "current":
             return _current(url)
         if args.command == "downgrade":
@@ -150,8 +161,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = ", ".join(r.revision for r in reversed(list(scripts().walk_revisions())))
         print(f"{PROG}: unknown revision {exc} (known: {known}, head, base)", file=sys.stderr)
         return cli.EXIT_USAGE
-    except cli.STARTUP_ERRORS as exc:
-        raise cli.Unreachable(PROG, "PostgreSQL", url, exc) from None
+    except DATABASE_ERRORS as exc:
+        raise database_failure(PROG, url, exc) from None
+
+
+async def _preflight(url: str) -> None:
+    """Before any migration runs: the server answers, accepts the login, and can give the
+    database pgvector (the first migration creates the extension) — each a one-line exit."""
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS), engine.connect() as connection:
+            available = (
+                await connection.execute(
+                    text(
+                        "SELECT EXISTS (SELECT FROM pg_available_extensions WHERE name = 'vector')"
+                    )
+                )
+            ).scalar_one()
+    finally:
+        await engine.dispose()
+    if not available:
+        raise missing_pgvector(PROG, url, installable=False)
 
 
 def _current(url: str) -> int:
@@ -210,7 +240,7 @@ def _check(url: str, wait: float) -> int:
                 print(f"{PROG}: database at {at}, newer than this code's head {newest}")
                 return 0
             problem = None if at == newest else f"at {_label(at)}, head is {newest}"
-        except cli.STARTUP_ERRORS as exc:
+        except DATABASE_ERRORS as exc:
             if time.monotonic() >= deadline:
                 raise
             problem = f"unreachable ({cli.describe(exc)})"

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from san_common import cli
 from san_common.crypto import DecryptionFailed, Purpose, TokenCipher, generate_key, resolve_keys
 from san_common.db.engine import create_engine, create_session_factory
+from san_common.dependencies import database_failure
 from san_common.models import GithubAccount, GithubOAuthState
 from san_common.settings import ServiceSettings, load_settings
 
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(_rotate_main(settings))
     except cli.STARTUP_ERRORS as exc:
-        raise cli.Unreachable("san-token-keys", "PostgreSQL", settings.database_url, exc) from None
+        raise database_failure("san-token-keys", settings.database_url, exc) from None
 
 
 if __name__ == "__main__":

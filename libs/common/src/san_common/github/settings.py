@@ -6,11 +6,11 @@ from pydantic import Field, model_validator
 
 from san_common.crypto import TokenCipher, resolve_keys
 from san_common.github.client import GithubClient
-from san_common.settings import ServiceSettings
+from san_common.settings import HttpUrl, ServiceSettings
 
 
 class GithubAccessSettings(ServiceSettings):
-    github_api_url: str = "https://api.github.com"
+    github_api_url: HttpUrl = "https://api.github.com"
     github_timeout_seconds: float = Field(default=30.0, gt=0)
     token_encryption_keys: str = Field(
         default="", repr=False, description="comma-separated, newest first"

@@ -3,6 +3,7 @@ repositories of all services agree on one schema (the DB schema is a wire contra
 
 from san_common.models.base import Base
 from san_common.models.cards import Category, KnowledgeCard, Tag, card_tags
+from san_common.models.deployment import Deployment
 from san_common.models.github import (
     GithubAccount,
     GithubOAuthState,
@@ -37,6 +38,7 @@ __all__ = [
     "Base",
     "Category",
     "DailySummary",
+    "Deployment",
     "GithubAccount",
     "GithubOAuthState",
     "GithubRepository",

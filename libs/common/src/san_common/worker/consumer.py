@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import aio_pika
@@ -28,7 +29,15 @@ from aio_pika.abc import (
 
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
-from san_common.broker.topology import REASON_HEADER, Topology, declare_topology
+from san_common.broker.ownership import hold_prefix
+from san_common.broker.topology import (
+    DEAD_LETTERED_AT_HEADER,
+    DETAIL_HEADER,
+    REASON_HEADER,
+    SOURCE_QUEUE_HEADER,
+    Topology,
+    declare_topology,
+)
 from san_common.errors import cause_chain, is_connection_loss
 from san_common.worker.pauses import PausedTypes
 
@@ -43,10 +52,12 @@ class AmqpDelivery:
         message: AbstractIncomingMessage,
         dead_letters: AbstractExchange,
         job_type: str,
+        queue: str,
     ) -> None:
         self._message = message
         self._dead_letters = dead_letters
         self._job_type = job_type
+        self._queue = queue
 
     @property
     def body(self) -> bytes:
@@ -69,15 +80,23 @@ class AmqpDelivery:
     async def requeue(self) -> None:
         await self._message.nack(requeue=True)
 
-    async def dead_letter(self, reason: str) -> None:
-        """Republish to the DLX with the reason (confirmed), then ack; if that fails, reject,
-        and the queue's own dead-lettering takes it (with `x-death`, without our reason)."""
+    async def dead_letter(self, kind: str, reason: str) -> None:
+        """Republish to the DLX with the reason, time and source queue (confirmed), then
+        ack; if that fails, reject, and the queue's own dead-lettering takes it (with
+        `x-death`, without our reason)."""
         original = self._message
+        headers = {
+            **(original.headers or {}),
+            REASON_HEADER: kind,
+            DETAIL_HEADER: reason[:500],
+            DEAD_LETTERED_AT_HEADER: datetime.now(UTC),
+            SOURCE_QUEUE_HEADER: self._queue,
+        }
         try:
             await self._dead_letters.publish(
                 aio_pika.Message(
                     body=original.body,
-                    headers={**(original.headers or {}), REASON_HEADER: reason[:500]},
+                    headers=headers,
                     content_type=original.content_type,
                     message_id=original.message_id,
                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
@@ -136,12 +155,14 @@ class Consumer:
             and not self._channel.is_closed
         )
 
-    async def run(self, stop: asyncio.Event, *, worker_id: str) -> None:
-        """Consume until `stop` is set, then drain: take nothing new, let in-flight jobs
+    async def run(self, stop: asyncio.Event, *, worker_id: str, deployment_id: str) -> None:
+        """Hold the prefix for `deployment_id` (`PrefixInUse` if another deployment does),
+        consume until `stop` is set, then drain: take nothing new, let in-flight jobs
         finish for up to `drain_seconds`, then cancel the rest (the executor releases their
         jobs and requeues their messages)."""
         connection = await connect_robust(self._amqp_url)
         try:
+            await hold_prefix(connection, self._topology, deployment_id)
             # Confirms: a dead letter republished with its reason is acked only once the
             # broker has it.
             channel = await connection.channel(publisher_confirms=True)
@@ -244,8 +265,10 @@ class Consumer:
     def _receiver(
         self, dead_letters: AbstractExchange, job_type: str
     ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
+        queue = self._topology.queue_name(job_type)
+
         async def on_message(message: AbstractIncomingMessage) -> None:
-            self._start(AmqpDelivery(message, dead_letters, job_type))
+            self._start(AmqpDelivery(message, dead_letters, job_type, queue))
 
         return on_message
 

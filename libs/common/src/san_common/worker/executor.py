@@ -2,12 +2,15 @@
 requeued or dead-lettered) whatever happens.
 
 Per delivery:
-1. parse the envelope — unreadable, unknown version or job type → dead letter (with the
+1. a message of another deployment (header `x-san-deployment`) → dead letter `foreign`;
+   parse the envelope — unreadable, unknown version or job type → dead letter (with the
    reason in the `x-san-reason` header);
-2. claim (a new try, `tries` + 1 = its fencing token). Not claimable: done or unknown →
-   ack; held by another worker under a live lease → a new message is scheduled through the
-   outbox for the lease's expiry, then ack (the delivery is never simply dropped); waiting
-   for its next try → ack (its message for that time is already in the outbox);
+2. claim (a new try, `tries` + 1 = its fencing token). A job this deployment does not
+   know → dead letter `unknown-job` (a trace, never a silent ack: another deployment on
+   the same queues with no identity on its messages). Not claimable: done → ack; held by
+   another worker under a live lease → a new message is scheduled through the outbox for
+   the lease's expiry, then ack (the delivery is never simply dropped); waiting for its
+   next try → ack (its message for that time is already in the outbox);
 3. `load` (short transaction; none for a handler with nothing to load) → `run` (no
    transaction, bounded by the job type's timeout) → `store` + COMPLETED (one transaction,
    fenced); on failure the `RetryPolicy` decides: a retry ends the try, sets the job
@@ -42,6 +45,7 @@ from typing import Any, Protocol
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 from pydantic import ValidationError
 
+from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.errors import (
     PermanentJobError,
     Stage,
@@ -60,6 +64,9 @@ from san_common.worker.leases import LeaseKeeper
 from san_common.worker.store import Claim, JobStore
 
 log = logging.getLogger("san_common.worker")
+
+# Dead-letter reasons that mean another deployment shares this worker's queues.
+SHARED_QUEUE_REASONS = ("foreign", "unknown-job")
 
 
 class Delivery(Protocol):
@@ -80,8 +87,9 @@ class Delivery(Protocol):
 
     async def requeue(self) -> None: ...
 
-    async def dead_letter(self, reason: str) -> None:
-        """To the dead-letter queue, keeping `reason` (header `x-san-reason`)."""
+    async def dead_letter(self, kind: str, reason: str) -> None:
+        """To the dead-letter queue, keeping `kind` (header `x-san-reason`) and `reason`
+        (`x-san-detail`)."""
         ...
 
 
@@ -171,7 +179,11 @@ class Executor:
         config: RuntimeConfig,
         worker_id: str,
         middleware: Sequence[Middleware] = (),
+        deployment_id: str | None = None,
     ) -> None:
+        # Set by the runtime from the database before it consumes; None checks nothing.
+        self.deployment_id = deployment_id
+        self._warned_shared = False
         self._store = store
         self._handlers = {str(t): h for t, h in handlers.items()}
         self._config = config
@@ -190,6 +202,13 @@ class Executor:
     async def handle(self, delivery: Delivery) -> Outcome:
         """Execute one delivery and settle it. Raises only CancelledError (shutdown), after
         giving the job and its message back."""
+        sender = _text(delivery.headers.get(DEPLOYMENT_HEADER))
+        if sender is not None and self.deployment_id is not None and sender != self.deployment_id:
+            return await self._dead_letter(
+                delivery,
+                "foreign",
+                f"a message of deployment {sender}; this worker serves {self.deployment_id}",
+            )
         try:
             envelope = JobMessage.model_validate_json(delivery.body)
         except ValidationError as exc:
@@ -244,6 +263,12 @@ class Executor:
                 if _is_database_state(exc):
                     raise _Outage(exc) from exc
                 raise  # a bug, not an outage: logged with its traceback below
+            if got is None:
+                return await self._dead_letter(
+                    delivery,
+                    "unknown-job",
+                    f"job {context.envelope.job_id} is not in this deployment's database",
+                )
             if not isinstance(got, Claim):
                 outcome = await self._not_claimed(context, got)
             else:
@@ -272,12 +297,9 @@ class Executor:
             )
             return await self._requeue_after(context, pause, "unexpected worker error")
 
-    async def _not_claimed(self, context: JobContext, state: JobState | None) -> Outcome:
-        if state is None or state.status not in (
-            JobStatus.PENDING.value,
-            JobStatus.PROCESSING.value,
-        ):
-            return Outcome.SKIPPED  # done (or unknown): a duplicate or late delivery
+    async def _not_claimed(self, context: JobContext, state: JobState) -> Outcome:
+        if state.status not in (JobStatus.PENDING.value, JobStatus.PROCESSING.value):
+            return Outcome.SKIPPED  # done: a duplicate or late delivery
         if state.status == JobStatus.PENDING.value:
             # Waiting for its next try, whose message is already in the outbox.
             context.fields["next_attempt_at"] = state.next_attempt_at
@@ -416,10 +438,26 @@ class Executor:
     async def _dead_letter(self, delivery: Delivery, kind: str, reason: str) -> Outcome:
         from san_common import metrics
 
-        log.error("message dead-lettered: %s", reason, extra={"fields": {"reason": reason}})
+        fields = {"fields": {"reason": kind, "detail": reason}}
+        if kind not in SHARED_QUEUE_REASONS:
+            log.error("message dead-lettered: %s", reason, extra=fields)
+        elif not self._warned_shared:
+            # Once per process: a deployment sharing the queues sends a stream of these.
+            self._warned_shared = True
+            log.warning(
+                "another deployment shares this worker's queues: its messages are"
+                " dead-lettered (reason %s), and its jobs wait until its own worker gets"
+                " them again. Give each deployment an AMQP_PREFIX or a RabbitMQ vhost of"
+                " its own (docs/operations.md). Further such messages are counted in"
+                " san_messages_dead_lettered_total, not logged.",
+                kind,
+                extra=fields,
+            )
+        else:
+            log.debug("message dead-lettered: %s", reason, extra=fields)
         metrics.MESSAGES_DEAD_LETTERED.labels(kind).inc()
         try:
-            await delivery.dead_letter(reason)
+            await delivery.dead_letter(kind, reason)
         except Exception:
             log.exception("could not dead-letter the message; requeued")
             with contextlib.suppress(Exception):
@@ -453,6 +491,12 @@ def _log_failure(emit: Callable[..., None], message: str, exc: BaseException) ->
 def _is_amqp_loss(exc: BaseException) -> bool:
     """The broker connection or channel went away under an ack / requeue."""
     return isinstance(exc, AMQPError | ChannelInvalidStateError | ConnectionError)
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _bind(middleware: Middleware, context: JobContext, call: Next) -> Next:

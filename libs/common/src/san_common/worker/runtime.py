@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common import metrics
+from san_common import deployment, metrics
 from san_common.broker.topology import Topology
 from san_common.jobs import registry
 from san_common.worker import pauses
@@ -41,6 +41,7 @@ class WorkerRuntime:
         config = config or RuntimeConfig()
         for job_type in handlers:
             registry.spec_for(job_type)  # every job type served must be registered
+        self._sessions = session_factory
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.executor = Executor(
             store=store or SqlJobStore(session_factory),
@@ -66,4 +67,7 @@ class WorkerRuntime:
         metrics.init_worker_series(str(t) for t in handlers)
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.consumer.run(stop, worker_id=self.worker_id)
+        self.executor.deployment_id = await deployment.identity(self._sessions)
+        await self.consumer.run(
+            stop, worker_id=self.worker_id, deployment_id=self.executor.deployment_id
+        )

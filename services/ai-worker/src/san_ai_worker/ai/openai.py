@@ -8,7 +8,7 @@ import functools
 import json
 import math
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -27,6 +27,12 @@ from san_common.errors import JobFailure, PermanentJobError, TransientJobError, 
 from san_common.models.base import EMBEDDING_DIMENSIONS
 
 AnswerT = TypeVar("AnswerT", bound=BaseModel)
+ResponseFormat = Literal["json_schema", "json_object"]
+# What a server without strict structured output says in its 400, and what to do about it.
+_NO_JSON_SCHEMA = ("response_format", "json_schema", "structured output")
+_JSON_SCHEMA_HINT = (
+    " (the server may not support strict json_schema output: set AI_RESPONSE_FORMAT=json_object)"
+)
 
 _SYSTEM_PROMPTS = {
     "card_analysis": (
@@ -70,9 +76,11 @@ class OpenAICompatibleProvider:
         chat_model: str,
         embedding_model: str,
         timeout_seconds: float,
+        response_format: ResponseFormat = "json_schema",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._api_key = api_key or ""
+        self._response_format = response_format
         self._chat_model = chat_model
         self._embedding_model = embedding_model
         self._client = httpx.AsyncClient(
@@ -150,16 +158,28 @@ class OpenAICompatibleProvider:
         return _fit_embedding(raw)
 
     async def _ask(self, name: str, model: type[AnswerT], prompt: str) -> AnswerT:
+        system = _SYSTEM_PROMPTS[name]
+        response_format: dict[str, Any]
+        if self._response_format == "json_object":
+            # JSON mode: the server only promises JSON, so the schema travels in the prompt
+            # and the answer is validated below as strictly as a strict schema would be.
+            system += (
+                f"\n\nAnswer with one JSON object named {name}, matching this JSON schema: "
+                + json.dumps(_schema(model), separators=(",", ":"))
+            )
+            response_format = {"type": "json_object"}
+        else:
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": _schema(model), "strict": True},
+            }
         payload = {
             "model": self._chat_model,
             "messages": [
-                {"role": "system", "content": _SYSTEM_PROMPTS[name]},
+                {"role": "system", "content": system},
                 {"role": "user", "content": prompt},
             ],
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {"name": name, "schema": _schema(model), "strict": True},
-            },
+            "response_format": response_format,
         }
         body = await self._post("/chat/completions", payload)
         try:
@@ -203,6 +223,12 @@ class OpenAICompatibleProvider:
         # Some servers echo the key they rejected; the body is redacted before it is quoted.
         detail = redact(_excerpt(response.text), (self._api_key,))
         message = f"AI server answered {status} on {path}" + (f": {detail}" if detail else "")
+        if (
+            status == 400
+            and self._response_format == "json_schema"
+            and any(word in detail.lower() for word in _NO_JSON_SCHEMA)
+        ):
+            message += _JSON_SCHEMA_HINT
         error: JobFailure
         if status == 429:
             error = TransientJobError(message, retry_after=_retry_after(response))

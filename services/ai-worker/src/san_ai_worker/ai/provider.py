@@ -9,7 +9,7 @@ from typing import Protocol
 import httpx
 
 from san_ai_worker.ai.local import LocalProvider
-from san_ai_worker.ai.openai import OpenAICompatibleProvider
+from san_ai_worker.ai.openai import OpenAICompatibleProvider, ResponseFormat
 from san_ai_worker.ai.schemas import (
     CardAnalysis,
     CardInput,
@@ -53,6 +53,7 @@ def build_provider(
     chat_model: str = "gpt-4o-mini",
     embedding_model: str = "text-embedding-3-small",
     timeout_seconds: float = 60.0,
+    response_format: ResponseFormat = "json_schema",
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> AiProvider:
     """`"openai"` (any OpenAI-compatible server) or `"local"` (offline, deterministic)."""
@@ -65,6 +66,7 @@ def build_provider(
             chat_model=chat_model,
             embedding_model=embedding_model,
             timeout_seconds=timeout_seconds,
+            response_format=response_format,
             transport=transport,
         )
     if provider == "local":

@@ -5,18 +5,21 @@ consumers, unacked), else from passive declares (messages ready, consumers). Eac
 opens its own short connection: operators are few, and the API otherwise never needs the
 broker (the outbox absorbs its outages).
 
-The dead-letter queue is read without loss: a message taken off it is first published
-again (to the dead-letter queue's tail to keep it, or to the jobs exchange to re-drive it)
-with publisher confirms, and only then acked. Nothing is ever requeued with a nack, which
-would count against a quorum queue's delivery limit.
+The dead-letter queue (a classic queue, broker/topology.py) is read without changing it:
+its messages are taken unacknowledged, in order, on one channel, and given back
+(`basic.nack`, requeue), which puts each at its old place unchanged. A re-driven message
+is acked only once the broker confirmed it on its job type's queue (published mandatory:
+no queue, no confirm); a purged one is acked. Another operator's read at the same moment
+sees fewer (those held here), never a changed queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,12 +28,23 @@ from urllib.parse import urlsplit, urlunsplit
 import aio_pika
 import httpx
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError
 from aiormq.exceptions import AMQPError
+from pydantic import ValidationError
 
 from san_api.errors import BrokerUnavailable
 from san_common.broker.connect import connect
-from san_common.broker.topology import Topology
+from san_common.broker.topology import (
+    DEAD_LETTERED_AT_HEADER,
+    DETAIL_HEADER,
+    REASON_HEADER,
+    SOURCE_QUEUE_HEADER,
+    Topology,
+)
+from san_common.cli import describe as describe_error
+from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.jobs import registry
+from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
 
 _CONNECT_SECONDS = 5.0
 _HEADERS_DROPPED_ON_REDRIVE = (
@@ -42,7 +56,12 @@ _HEADERS_DROPPED_ON_REDRIVE = (
     "x-last-death-queue",
     "x-last-death-reason",
     "x-delivery-count",
+    REASON_HEADER,
+    DETAIL_HEADER,
+    DEAD_LETTERED_AT_HEADER,
+    SOURCE_QUEUE_HEADER,
 )
+_PUBLISH_SECONDS = 10.0
 _MANAGEMENT_COLUMNS = "name,messages_ready,messages_unacknowledged,consumers"
 
 
@@ -60,14 +79,27 @@ class DeadLetter:
     job_id: str | None
     job_type: str | None
     reason: str | None
+    detail: str | None
+    by: str | None  # "worker" (x-san-reason) or "broker" (x-death)
     queue: str | None
     deaths: int
     dead_lettered_at: datetime | None
-    routing_key: str | None
+    deployment: str | None
     body: str
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What an action did to one dead letter."""
+
+    letter: DeadLetter
+    result: str  # redriven | not-redrivable | failed | purged
+    reason: str | None = None
+
+
 Selector = Callable[[DeadLetter], bool]
+# The job ids (of those given) this deployment's database knows.
+KnownJobs = Callable[[list[str]], Awaitable[set[str]]]
 
 
 def _text(value: Any) -> str | None:
@@ -76,31 +108,77 @@ def _text(value: Any) -> str | None:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def describe(message: AbstractIncomingMessage) -> DeadLetter:
+def _utc(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def describe(message: AbstractIncomingMessage, topology: Topology) -> DeadLetter:
+    """Whoever dead-lettered it: a worker says why in its `x-san-*` headers, the broker in
+    `x-death` (rejected, expired, delivery limit)."""
     headers: dict[str, Any] = dict(message.headers or {})
     deaths: list[Any] = headers.get("x-death") or []
     first: dict[str, Any] = deaths[0] if isinstance(deaths, list) and deaths else {}
-    routing_keys = first.get("routing-keys") or []
     body_text = message.body.decode(errors="replace")
-    job_id = job_type = None
-    envelope_message_id = None
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        envelope = json.loads(body_text)
-        job_id = _text(envelope.get("job_id"))
-        job_type = _text(envelope.get("job_type"))
-        envelope_message_id = _text(envelope.get("message_id"))
-    at = first.get("time")
+    envelope: dict[str, Any] = {}
+    with contextlib.suppress(ValueError):
+        parsed = json.loads(body_text)
+        envelope = parsed if isinstance(parsed, dict) else {}
+    by: str | None = None
+    reason = queue = None
+    at: datetime | None = None
+    if REASON_HEADER in headers:
+        by, reason = "worker", _text(headers[REASON_HEADER])
+        queue = _text(headers.get(SOURCE_QUEUE_HEADER))
+        at = _utc(headers.get(DEAD_LETTERED_AT_HEADER))
+    elif first:
+        by, reason = "broker", _text(headers.get("x-first-death-reason") or first.get("reason"))
+        queue = _text(headers.get("x-first-death-queue") or first.get("queue"))
+        at = _utc(first.get("time"))
+    job_type = _text(envelope.get("job_type"))
+    if job_type is None and queue is not None:
+        job_type = queue_job_type(topology, queue)  # the queue it came from names its type
+    message_id = _text(message.message_id) or _text(envelope.get("message_id"))
+    if message_id is None:  # still selectable on its own, by what it holds
+        message_id = "sha256:" + hashlib.sha256(message.body).hexdigest()[:16]
     return DeadLetter(
-        message_id=_text(message.message_id) or envelope_message_id,
-        job_id=job_id,
+        message_id=message_id,
+        job_id=_text(envelope.get("job_id")),
         job_type=job_type,
-        reason=_text(headers.get("x-first-death-reason") or first.get("reason")),
-        queue=_text(headers.get("x-first-death-queue") or first.get("queue")),
+        reason=reason,
+        detail=_text(headers.get(DETAIL_HEADER)),
+        by=by,
+        queue=queue,
         deaths=sum(int(d.get("count", 1)) for d in deaths if isinstance(d, dict)),
-        dead_lettered_at=at.replace(tzinfo=UTC) if isinstance(at, datetime) else None,
-        routing_key=_text(routing_keys[0]) if routing_keys else (job_type or message.routing_key),
+        dead_lettered_at=at,
+        deployment=_text(headers.get(DEPLOYMENT_HEADER)),
         body=body_text[:2000],
     )
+
+
+def not_redrivable(
+    message: AbstractIncomingMessage, deployment_id: str, known_jobs: set[str]
+) -> str | None:
+    """Why re-driving this message could only dead-letter it again; None if it can run.
+    The same checks, in the same order, as a worker's (worker/executor.py)."""
+    sender = _text((message.headers or {}).get(DEPLOYMENT_HEADER))
+    if sender is not None and sender != deployment_id:
+        return f"a message of deployment {sender}; this is deployment {deployment_id}"
+    try:
+        envelope = JobMessage.model_validate_json(message.body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        return f"not a job message ({problems[:300]})"
+    if envelope.version != ENVELOPE_VERSION:
+        return f"envelope version {envelope.version}; this deployment reads {ENVELOPE_VERSION}"
+    if registry.find(envelope.job_type) is None:
+        return f"no such job type: {envelope.job_type}"
+    if str(envelope.job_id) not in known_jobs:
+        return f"job {envelope.job_id} is not in this deployment's database"
+    return None
 
 
 class BrokerAdmin:
@@ -120,7 +198,8 @@ class BrokerAdmin:
         except (OSError, AMQPError, TimeoutError) as exc:
             raise BrokerUnavailable(f"cannot reach RabbitMQ: {type(exc).__name__}") from exc
         try:
-            yield await connection.channel(publisher_confirms=True)
+            # returns raised: a re-drive that reaches no queue is a failure, not a success
+            yield await connection.channel(publisher_confirms=True, on_return_raises=True)
         except AMQPError as exc:
             raise BrokerUnavailable(f"RabbitMQ refused the operation: {exc}") from exc
         finally:
@@ -166,26 +245,57 @@ class BrokerAdmin:
             for name in names
         ]
 
-    async def dead_letter_count(self) -> int:
-        async with self._channel() as channel:
-            queue = await channel.declare_queue(self._topology.dead_letter_queue, passive=True)
-            return queue.declaration_result.message_count or 0
-
     async def peek(self, limit: int) -> tuple[int, list[DeadLetter]]:
-        """The first `limit` dead letters, each moved to the queue's tail (so repeated
-        peeks page through a long queue)."""
-        total, seen, _ = await self._walk(limit, lambda _: False, keep=True)
-        return total, seen
+        """The total, and the first `limit` dead letters in queue order, left as they were."""
+        async with self._held(limit) as (total, _, held):
+            return total, [describe(m, self._topology) for m in held]
 
-    async def redrive(self, select: Selector, limit: int) -> int:
-        """Publish matching dead letters to the jobs exchange again (original routing key,
-        without the dead-letter headers); keep the others."""
-        _, _, moved = await self._walk(limit, select, keep=False, redrive=True)
-        return moved
+    async def redrive(
+        self, select: Selector, limit: int, *, deployment_id: str, known_jobs: KnownJobs
+    ) -> list[Settled]:
+        """Publish each matching dead letter that can run (`not_redrivable`) to its job
+        type's queue, with confirms, and ack it once confirmed; the others stay."""
+        async with self._held(limit) as (_, channel, held):
+            chosen = [(m, letter) for m in held if select(letter := describe(m, self._topology))]
+            known = await known_jobs([letter.job_id for _, letter in chosen if letter.job_id])
+            jobs = await channel.get_exchange(self._topology.jobs_exchange)
+            settled: list[Settled] = []
+            for message, letter in chosen:
+                why = not_redrivable(message, deployment_id, known)
+                if why is not None:
+                    settled.append(Settled(letter, "not-redrivable", why))
+                    continue
+                headers = {
+                    **{
+                        k: v
+                        for k, v in (message.headers or {}).items()
+                        if k not in _HEADERS_DROPPED_ON_REDRIVE
+                    },
+                    DEPLOYMENT_HEADER: deployment_id,
+                }
+                try:
+                    await jobs.publish(
+                        _copy(message, headers),
+                        routing_key=str(letter.job_type),
+                        mandatory=True,
+                        timeout=_PUBLISH_SECONDS,
+                    )
+                except (DeliveryError, AMQPError, ChannelInvalidStateError, TimeoutError) as exc:
+                    settled.append(Settled(letter, "failed", describe_error(exc)))
+                    continue
+                await message.ack()
+                settled.append(Settled(letter, "redriven"))
+            return settled
 
-    async def purge(self, select: Selector, limit: int) -> int:
-        _, _, moved = await self._walk(limit, select, keep=False, redrive=False)
-        return moved
+    async def purge(self, select: Selector, limit: int) -> list[Settled]:
+        async with self._held(limit) as (_, _, held):
+            settled = []
+            for message in held:
+                letter = describe(message, self._topology)
+                if select(letter):
+                    await message.ack()
+                    settled.append(Settled(letter, "purged"))
+            return settled
 
     async def purge_all(self) -> int:
         async with self._channel() as channel:
@@ -193,42 +303,30 @@ class BrokerAdmin:
             result = await queue.purge()
             return int(getattr(result, "message_count", 0) or 0)
 
-    async def _walk(
-        self, limit: int, select: Selector, *, keep: bool, redrive: bool = False
-    ) -> tuple[int, list[DeadLetter], int]:
-        """Take up to `limit` messages (never more than were there at the start); matching
-        ones are re-driven (or dropped), the rest go to the tail."""
+    @contextlib.asynccontextmanager
+    async def _held(
+        self, limit: int
+    ) -> AsyncIterator[tuple[int, AbstractChannel, list[AbstractIncomingMessage]]]:
+        """The queue's total, and its first `limit` messages (never more than were there at
+        the start) held unacknowledged on one channel; those still unsettled at the end are
+        given back, each to its old place."""
         async with self._channel() as channel:
             dead = await channel.declare_queue(self._topology.dead_letter_queue, passive=True)
             total = dead.declaration_result.message_count or 0
-            jobs = await channel.get_exchange(self._topology.jobs_exchange)
-            seen: list[DeadLetter] = []
-            moved = 0
-            for _ in range(min(total, limit)):
-                message = await dead.get(no_ack=False, fail=False)
-                if message is None:
-                    break
-                letter = describe(message)
-                seen.append(letter)
-                if not keep and select(letter):
-                    if redrive:
-                        headers = {
-                            k: v
-                            for k, v in (message.headers or {}).items()
-                            if k not in _HEADERS_DROPPED_ON_REDRIVE
-                        }
-                        await jobs.publish(
-                            _copy(message, headers),
-                            routing_key=letter.routing_key or message.routing_key or "",
-                        )
-                    moved += 1
-                else:
-                    await channel.default_exchange.publish(
-                        _copy(message, dict(message.headers or {})),
-                        routing_key=self._topology.dead_letter_queue,
-                    )
-                await message.ack()
-            return total, seen, moved
+            held: list[AbstractIncomingMessage] = []
+            try:
+                for _ in range(min(total, limit)):
+                    message = await dead.get(no_ack=False, fail=False)
+                    if message is None:
+                        break
+                    held.append(message)
+                yield total, channel, held
+            finally:
+                for message in held:
+                    if not message.processed:
+                        # if the channel is gone, the broker gives them back the same way
+                        with contextlib.suppress(AMQPError, ChannelInvalidStateError):
+                            await message.nack(requeue=True)
 
 
 def _copy(message: AbstractIncomingMessage, headers: dict[str, Any]) -> aio_pika.Message:

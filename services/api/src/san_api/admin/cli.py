@@ -12,7 +12,8 @@
 
 The API is `--url` (or SAN_ADMIN_URL, default http://127.0.0.1:8000) and the operator
 token `--token` (or SAN_ADMIN_TOKEN; `san-token --operator NAME` mints one). `--json`
-prints the API's JSON. Exit codes: 0 done; 1 the API is unreachable or failed (5xx);
+prints the API's JSON. Exit codes: 0 done; 1 the API is unreachable or failed (5xx), or
+a dead letter asked to be re-driven was not (each is listed, with why);
 2 bad usage or input (400); 3 not allowed (401/403); 4 not found (404); 5 the job's state
 does not allow it (409).
 """
@@ -140,9 +141,19 @@ def _table(out: TextIO, rows: Sequence[Sequence[object]], header: Sequence[str])
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out)
 
 
+def _reason(letter: dict[str, Any]) -> str:
+    reason = letter["reason"] or "?"
+    if letter["deadLetteredBy"] == "broker" and letter["deaths"] > 1:
+        reason += f" ×{letter['deaths']}"
+    return f"{reason}: {letter['detail'][:60]}" if letter["detail"] else reason
+
+
 def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
+    """Raises `Failure` when the API refused, or when some of what was asked was not done
+    (dead letters not re-driven: exit 1, after the report)."""
     noun, verb = args.noun, getattr(args, "verb", None)
     result: Any
+    incomplete: str | None = None
     if noun == "jobs" and verb == "list":
         params: dict[str, Any] = {**_filter_body(args), "limit": args.limit}
         if args.cursor:
@@ -181,9 +192,12 @@ def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
     elif noun == "dlq" and verb == "list":
         result = api.call("GET", "/admin/api/dead-letters", params={"limit": args.limit})
         if not args.json:
-            _table(out, [(m["messageId"], m["jobType"], m["jobId"], m["reason"], m["jobStatus"],
-                          (m["jobError"] or "")[:50]) for m in result["items"]],
-                   ("MESSAGE", "TYPE", "JOB", "REASON", "JOB STATUS", "JOB ERROR"))  # fmt: skip
+            _table(out, [(m["messageId"], m["deadLetteredAt"] or "?", m["jobType"] or "?",
+                          m["jobId"] or "", _reason(m), m["queue"] or "?",
+                          m["jobStatus"] or "", (m["jobError"] or "")[:50])
+                         for m in result["items"]],
+                   ("MESSAGE", "DEAD-LETTERED", "TYPE", "JOB", "REASON", "FROM QUEUE",
+                    "JOB STATUS", "JOB ERROR"))  # fmt: skip
             print(f"total: {result['total']}", file=out)
     elif noun == "dlq":
         body = {"all": True} if args.all else (
@@ -191,7 +205,17 @@ def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
         )  # fmt: skip
         result = api.call("POST", f"/admin/api/dead-letters/{verb}", json=body)
         if not args.json:
-            print(f"{verb}: {result['count']} dead letter(s)", file=out)
+            for item in result["items"]:
+                if item["result"] in ("not-redrivable", "failed"):
+                    print(f"{item['messageId']}: {item['result']}: {item['reason']}", file=out)
+            if verb == "redrive":
+                print(f"redrive: {result['count']} re-driven, {result['notRedrivable']} not"
+                      f" re-drivable, {result['failed']} failed", file=out)  # fmt: skip
+            else:
+                print(f"purge: {result['count']} dead letter(s) dropped", file=out)
+        left = result["notRedrivable"] + result["failed"]
+        if left:  # after the report, so that --json still prints it
+            incomplete = f"redrive: {left} of the selected dead letter(s) not re-driven"
     elif noun == "queues" and verb == "list":
         result = api.call("GET", "/admin/api/queues")
         if not args.json:
@@ -221,6 +245,8 @@ def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
             _table(out, rows, ("AT", "OPERATOR", "ACTION", "TARGET", "COUNT"))
     if args.json:
         print(json.dumps(result, indent=2), file=out)
+    if incomplete:
+        raise Failure(incomplete, EXIT_FAILED)
 
 
 def run(

@@ -369,8 +369,18 @@ async def _dead_letter_post(
         return _back("/admin/dead-letters", "invalid", error=True)
     except AppError as exc:
         return _refused("/admin/dead-letters", exc)
-    done = "redriven" if action == "redrive" else "purged"
-    return _back("/admin/dead-letters", done, count=result.count)
+    if action == "purge":
+        return _back("/admin/dead-letters", "purged", count=result.count)
+    # the reasons of those left are in the list, which still shows them
+    left = any(i.result in ("not-redrivable", "failed") for i in result.items)
+    return _back(
+        "/admin/dead-letters",
+        "redriven",
+        error=left or not result.items,
+        count=result.count,
+        unredrivable=result.notRedrivable,
+        failed=result.failed,
+    )
 
 
 @router.post("/dead-letters/redrive")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -13,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_api.admin import repository, service
 from san_api.admin.auth import CurrentOperator, get_operator
-from san_api.admin.broker import BrokerAdmin, DeadLetter, Selector, queue_job_type
+from san_api.admin.broker import BrokerAdmin, DeadLetter, Selector, Settled, queue_job_type
 from san_api.admin.repository import JobFilter
 from san_api.admin.schemas import (
     AdminJob,
@@ -25,6 +26,7 @@ from san_api.admin.schemas import (
     BulkResult,
     CountCell,
     DeadLetterAction,
+    DeadLetterOutcome,
     DeadLetterResult,
     DeadLettersView,
     DeadLetterView,
@@ -47,6 +49,7 @@ from san_api.admin.schemas import (
 )
 from san_api.deps import SessionDep, SettingsDep
 from san_api.errors import NotFound, ValidationFailed
+from san_common import deployment
 from san_common.jobs import registry
 from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobType
@@ -350,9 +353,12 @@ def _letter_view(letter: DeadLetter, jobs: dict[str, AsyncJob]) -> DeadLetterVie
         jobId=letter.job_id,
         jobType=letter.job_type,
         reason=letter.reason,
+        detail=letter.detail,
+        deadLetteredBy=letter.by,
         queue=letter.queue,
         deaths=letter.deaths,
         deadLetteredAt=letter.dead_lettered_at,
+        deployment=letter.deployment,
         jobStatus=job.status if job else None,
         jobError=job.error_message if job else None,
         body=letter.body,
@@ -363,16 +369,21 @@ def _letter_view(letter: DeadLetter, jobs: dict[str, AsyncJob]) -> DeadLetterVie
 async def dead_letters(
     session: SessionDep, broker: BrokerDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> DeadLettersView:
-    """Peek at dead letters with RabbitMQ's reason and the job's recorded error."""
+    """Read dead letters, in queue order, without moving them: why each was dead-lettered
+    (by a worker or by RabbitMQ), when, from which queue, and its job's recorded error."""
     total, letters = await broker.peek(limit)
+    jobs = await _jobs_of(session, [letter.job_id for letter in letters if letter.job_id])
+    return DeadLettersView(total=total, items=[_letter_view(x, jobs) for x in letters])
+
+
+async def _jobs_of(session: AsyncSession, job_ids: list[str]) -> dict[str, AsyncJob]:
     ids = []
-    for letter in letters:
+    for job_id in job_ids:
         try:
-            ids.append(uuid.UUID(letter.job_id or ""))
+            ids.append(uuid.UUID(job_id))
         except ValueError:
             continue
-    jobs = {str(j.job_id): j for j in await repository.jobs_by_id(session, ids)}
-    return DeadLettersView(total=total, items=[_letter_view(x, jobs) for x in letters])
+    return {str(j.job_id): j for j in await repository.jobs_by_id(session, ids)}
 
 
 def _selector(body: DeadLetterAction) -> Selector:
@@ -407,14 +418,49 @@ async def _dead_letter_action(
             target=target,
             detail={"state": "started"},
         )
+    settled: list[Settled] = []
     if action == "redrive":
-        count = await broker.redrive(select, DEAD_LETTER_WALK_LIMIT)
+
+        async def known_jobs(job_ids: list[str]) -> set[str]:
+            return set(await _jobs_of(session, job_ids))
+
+        settled = await broker.redrive(
+            select,
+            DEAD_LETTER_WALK_LIMIT,
+            deployment_id=await deployment.identity_in(session),
+            known_jobs=known_jobs,
+        )
+        count = sum(s.result == "redriven" for s in settled)
     elif body.all:
         count = await broker.purge_all()
     else:
-        count = await broker.purge(select, DEAD_LETTER_WALK_LIMIT)
-    await repository.set_audit_count(session, audit_id, count, {"state": "done"})
-    return DeadLetterResult(action=action, count=count, auditId=audit_id)
+        settled = await broker.purge(select, DEAD_LETTER_WALK_LIMIT)
+        count = len(settled)
+    tally = Counter(s.result for s in settled)
+    not_redrivable, failed = tally["not-redrivable"], tally["failed"]
+    await repository.set_audit_count(
+        session,
+        audit_id,
+        count,
+        {"state": "done", "notRedrivable": not_redrivable, "failed": failed},
+    )
+    return DeadLetterResult(
+        action=action,
+        count=count,
+        notRedrivable=not_redrivable,
+        failed=failed,
+        items=[
+            DeadLetterOutcome(
+                messageId=s.letter.message_id,
+                jobId=s.letter.job_id,
+                jobType=s.letter.job_type,
+                result=s.result,
+                reason=s.reason,
+            )
+            for s in settled
+        ],
+        auditId=audit_id,
+    )
 
 
 @router.post("/dead-letters/redrive", response_model=DeadLetterResult, responses=_problems(503))
@@ -425,7 +471,10 @@ async def redrive(
     broker: BrokerDep,
     operator: CurrentOperator,
 ) -> DeadLetterResult:
-    """Publish dead letters (one, one job type's, or all) to their job queue again."""
+    """Publish dead letters (one, one job type's, or all) to their job type's queue again,
+    with confirms. Each selected one is reported: re-driven, not re-drivable (and why: it
+    could only be dead-lettered again), or failed (the broker did not confirm it); only
+    re-driven ones leave the dead-letter queue."""
     return await _dead_letter_action("redrive", body, session, sessions, broker, operator.name)
 
 

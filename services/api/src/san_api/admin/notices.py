@@ -19,7 +19,7 @@ MESSAGES: dict[str, str] = {
     "resumed": "{type} resumed",
     "bulk-retry": "retry: {count} job(s)",
     "bulk-cancel": "cancel: {count} job(s)",
-    "redriven": "{count} dead letter(s) re-driven",
+    "redriven": "{count} re-driven, {unredrivable} not re-drivable, {failed} failed",
     "purged": "{count} dead letter(s) purged",
     "sweeps-requested": "requested: {sweeps}",
     "invalid": "the form was not valid; check its fields",
@@ -53,6 +53,8 @@ def _code(value: str) -> str | None:
 
 PARAMETERS: dict[str, Callable[[str], str | None]] = {
     "count": _count,
+    "unredrivable": _count,
+    "failed": _count,
     "type": _job_type,
     "sweeps": _sweeps,
     "code": _code,

@@ -152,13 +152,21 @@ class QueuesView(Wire):
 
 
 class DeadLetterView(Wire):
-    messageId: str | None
+    messageId: str | None = Field(
+        description="the message's id, else `sha256:` and the start of its body's digest"
+    )
     jobId: str | None
-    jobType: str | None
-    reason: str | None = Field(description="why RabbitMQ dead-lettered it (x-death)")
-    queue: str | None
-    deaths: int
+    jobType: str | None = Field(description="from the body, else from the queue it came from")
+    reason: str | None = Field(
+        description="a worker's (unreadable, version, unroutable, foreign, unknown-job) or"
+        " RabbitMQ's (rejected, expired, delivery_limit, maxlen)"
+    )
+    detail: str | None = Field(description="the worker's explanation, if a worker said why")
+    deadLetteredBy: Literal["worker", "broker"] | None
+    queue: str | None = Field(description="the queue it was dead-lettered from")
+    deaths: int = Field(description="how often RabbitMQ dead-lettered it (x-death)")
     deadLetteredAt: datetime | None
+    deployment: str | None = Field(description="the deployment whose relay published it")
     jobStatus: str | None
     jobError: str | None = Field(description="the job's recorded error, if its job is known")
     body: str = Field(description="the message body (first 2,000 characters)")
@@ -175,9 +183,22 @@ class DeadLetterAction(Wire):
     all: bool = False
 
 
+class DeadLetterOutcome(Wire):
+    messageId: str | None
+    jobId: str | None
+    jobType: str | None
+    result: Literal["redriven", "not-redrivable", "failed", "purged"]
+    reason: str | None = Field(description="why it was not re-driven")
+
+
 class DeadLetterResult(Wire):
     action: str
-    count: int
+    count: int = Field(description="dead letters re-driven, or purged")
+    notRedrivable: int = 0
+    failed: int = 0
+    items: list[DeadLetterOutcome] = Field(
+        description="each selected dead letter and what became of it (empty for purge all)"
+    )
     auditId: int
 
 

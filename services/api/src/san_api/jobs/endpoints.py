@@ -1,15 +1,26 @@
+"""A user's own jobs: poll one (`GET /async-jobs/{jobId}`), list them with filters and
+cursor pagination (`GET /async-jobs`), cancel a PENDING one (`DELETE /async-jobs/{jobId}`).
+Only the owner sees a job; anyone else gets 404."""
+
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter
-from pydantic import BaseModel
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
 
 import san_common.jobs.repository as jobs
 from san_api.deps import CurrentUser, SessionDep
-from san_api.errors import NotFound
+from san_api.errors import Conflict, NotFound, ValidationFailed
+from san_api.jobs import repository
+from san_api.openapi import problems
+from san_common.jobs import lifecycle
 from san_common.jobs.types import JobStatus
+from san_common.models import AsyncJob
 
 router = APIRouter(tags=["jobs"])
 
@@ -33,12 +44,92 @@ class JobView(BaseModel):
     finishedAt: datetime | None
 
 
+class JobPage(BaseModel):
+    items: list[JobView] = Field(description="Newest first")
+    nextCursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null at the end"
+    )
+
+
+@router.get("/async-jobs", response_model=JobPage, responses=problems(ValidationFailed))
+async def list_jobs(
+    user: CurrentUser,
+    session: SessionDep,
+    status: Annotated[
+        list[JobStatus] | None, Query(description="Only jobs in these statuses (repeatable)")
+    ] = None,
+    jobType: Annotated[
+        list[Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]] | None,
+        Query(description="Only jobs of these types (repeatable)", max_length=20),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=200, description="nextCursor of a page")] = None,
+) -> JobPage:
+    """The caller's own jobs, newest first, filtered by status and type."""
+    rows = await repository.page(
+        session,
+        user.user_id,
+        statuses=[s.value for s in status or ()],
+        job_types=jobType or [],
+        after=_decode_cursor(cursor) if cursor else None,
+        limit=limit + 1,
+    )
+    more, rows = len(rows) > limit, rows[:limit]
+    return JobPage(
+        items=[_view(row) for row in rows], nextCursor=_encode_cursor(rows[-1]) if more else None
+    )
+
+
 @router.get("/async-jobs/{jobId}", response_model=JobView)
 async def get_job(jobId: uuid.UUID, user: CurrentUser, session: SessionDep) -> JobView:
     """Poll a job. Only its owner sees it; anyone else gets 404."""
     job = await jobs.get_for_user(session, jobId, user.user_id)
     if job is None:
         raise NotFound(f"job {jobId} not found")
+    return _view(job)
+
+
+@router.delete(
+    "/async-jobs/{jobId}", response_model=JobView, responses=problems(NotFound, Conflict)
+)
+async def cancel_job(jobId: uuid.UUID, user: CurrentUser, session: SessionDep) -> JobView:
+    """Cancel your own job while it is PENDING (including waiting for its next try): it
+    becomes CANCELLED, terminal, and no worker will run it. A job a worker already holds,
+    or one that is over, answers 409; cancelling a running job is not offered."""
+    job = await jobs.get_for_user(session, jobId, user.user_id)
+    if job is None:
+        raise NotFound(f"job {jobId} not found")
+    if job.status != JobStatus.PENDING.value:
+        raise Conflict(f"job {jobId} is {job.status}; only a PENDING job can be cancelled")
+    cancelled = await lifecycle.cancel(
+        session, [jobId], "cancelled by its owner", owner_message="cancelled by you"
+    )
+    if cancelled == 0:
+        raise Conflict(
+            f"job {jobId} was taken by a worker meanwhile; it can no longer be cancelled"
+        )
+    await session.refresh(job)
+    return _view(job)
+
+
+def _encode_cursor(last: AsyncJob) -> str:
+    text = f"{last.created_at.isoformat()}|{last.job_id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created_at, job_id = text.split("|")
+        after = datetime.fromisoformat(created_at), uuid.UUID(job_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValidationFailed("cursor is not one this API returned") from None
+    if after[0].tzinfo is None:
+        raise ValidationFailed("cursor is not one this API returned")
+    return after
+
+
+def _view(job: AsyncJob) -> JobView:
     return JobView(
         jobId=job.job_id,
         jobType=job.job_type,

@@ -33,6 +33,14 @@ async def has_card(connection: asyncpg.Connection, scrap_id: uuid.UUID) -> bool:
     return bool(await connection.fetchval(_HAS_CARD, scrap_id))
 
 
+async def active_job(
+    connection: asyncpg.Connection, scrap_id: uuid.UUID, job_type: str
+) -> uuid.UUID | None:
+    """The scrap's PENDING or PROCESSING job of `job_type`, if it has one."""
+    job_id: uuid.UUID | None = await connection.fetchval(_ACTIVE_JOB, scrap_id, job_type)
+    return job_id
+
+
 _INSERT_IF_ABSENT = """
 INSERT INTO scraps (user_id, content, content_hash) VALUES ($1, $2, $3)
 ON CONFLICT (user_id, content_hash) DO NOTHING
@@ -40,3 +48,7 @@ RETURNING id
 """
 _FIND_BY_HASH = "SELECT id FROM scraps WHERE user_id = $1 AND content_hash = $2"
 _HAS_CARD = "SELECT EXISTS (SELECT 1 FROM knowledge_cards WHERE scrap_id = $1)"
+_ACTIVE_JOB = """
+SELECT job_id FROM async_jobs
+WHERE target_id = $1 AND job_type = $2 AND status IN ('PENDING', 'PROCESSING')
+"""

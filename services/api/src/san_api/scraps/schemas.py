@@ -13,6 +13,9 @@ class ScrapCreate(BaseModel):
 
 class ScrapAccepted(BaseModel):
     scrapId: uuid.UUID
-    analysisJobId: uuid.UUID | None = Field(description="null when no job was registered")
+    analysisJobId: uuid.UUID | None = Field(
+        description="the job that makes the scrap's card: registered now or, for a duplicate,"
+        " the one still on its way; null when the card already exists"
+    )
     refineJobId: uuid.UUID | None = Field(description="null when no job was registered")
     duplicate: bool = Field(description="true when this user had already saved the same content")

@@ -87,5 +87,9 @@ async def save_scrap(
             )
             analysis_job_id = registered.job_id
         except DuplicateActiveJob:
-            pass  # an analysis is already on its way; nothing to register
+            # An analysis is on its way: the client polls that one. Read in this
+            # transaction, after the conflict waited for the active job's commit.
+            analysis_job_id = await repository.active_job(
+                connection, existing, JobType.CARD_ANALYSIS
+            )
     return SavedScrap(existing, analysis_job_id, None, duplicate=True)
