@@ -4,6 +4,7 @@ and a non-zero exit with one clear line on bad input."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import subprocess
@@ -13,9 +14,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from san_api.admin.cli import run
+from san_api.admin.cli import build_parser, run
 from san_api.app import create_app
 from san_common.broker.topology import Topology
+from san_common.worker.presence import Presence
 from tests.admin.support import Sessions, insert_jobs, new_user, operator_headers, user_headers
 from tests.api.support import over_http
 from tests.conftest import api_settings
@@ -93,6 +95,79 @@ async def test_bad_input_exits_non_zero_with_a_clear_message(url: str, sessions:
     assert got == 3 and "FORBIDDEN" in err
     got, _, err = await admin("http://127.0.0.1:1", "jobs", "list")
     assert got == 1 and "cannot reach the API" in err
+
+
+async def test_workers_stats_and_outbox(url: str, sessions: Sessions) -> None:
+    user_id, external = await new_user(sessions)
+    await insert_jobs(sessions, user_id, 2)
+    await Presence(sessions, worker_id="w-1", job_types=["CARD_ANALYSIS"], interval=5).beat()
+    code, out, _ = await admin(url, "workers")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["WORKER", "HOST", "JOB", "TYPES", "IN", "FLIGHT",
+                                              "LAST", "BEAT", "STATE"]  # fmt: skip
+    assert lines[1].startswith("w-1 ") and "CARD_ANALYSIS" in lines[1] and "alive" in lines[1]
+    assert lines[-1] == "alive: 1 of 1"
+    code, out, _ = await admin(url, "--json", "stats")
+    stats = json.loads(out)
+    assert (
+        code == 0
+        and {"jobType": "CARD_ANALYSIS", "status": "FAILED", "count": 2} in (stats["totals"])
+    )
+    assert {"minutes", "jobTypes", "queues"} <= set(stats)
+    code, out, _ = await admin(url, "stats", "--minutes", "30")
+    assert code == 0 and "last 30 min, jobs finished:" in out and "WAIT P95" in out
+    assert "OLDEST DUE" in out
+    code, out, _ = await admin(url, "outbox")
+    assert (code, out.strip()) == (0, "unpublished: 0")
+    # enum options in any case
+    code, out, _ = await admin(
+        url, "--json", "jobs", "list", "--status", "failed", "--type", "card_analysis"
+    )
+    assert code == 0 and len(json.loads(out)["items"]) == 2
+    code, out, _ = await admin(url, "queues", "pause", "card_analysis")
+    assert (code, out.strip()) == (0, "CARD_ANALYSIS paused")
+    code, _, err = await admin(url, "jobs", "list", "--status", "failing")
+    assert code == 2 and "VALIDATION_ERROR" in err and err.count("\n") == 1
+    assert external
+
+
+COMMANDS = [
+    [], ["jobs"], ["jobs", "list"], ["jobs", "show"], ["jobs", "retry"], ["jobs", "cancel"],
+    ["dlq"], ["dlq", "list"], ["dlq", "redrive"], ["dlq", "purge"], ["queues"],
+    ["queues", "list"], ["queues", "pause"], ["queues", "resume"], ["sweeps"],
+    ["sweeps", "list"], ["sweeps", "run"], ["workers"], ["stats"], ["outbox"], ["audit"],
+]  # fmt: skip
+
+
+def _entries(help_text: str) -> list[tuple[str, str]]:
+    """(option or argument, its help) for each entry of a --help's argument sections."""
+    entries: list[tuple[str, str]] = []
+    section = False
+    for line in help_text.splitlines():
+        if line.endswith(":") and not line.startswith(" "):
+            section = line in ("options:", "positional arguments:")
+            continue
+        if not section or not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 2:
+            name, _, rest = line.strip().partition("  ")
+            entries.append((name, rest.strip()))
+        elif entries and not entries[-1][1]:
+            entries[-1] = (entries[-1][0], line.strip())
+    return entries
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "san-admin")
+def test_every_option_has_help(command: list[str]) -> None:
+    parser = build_parser()
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        parser.parse_args([*command, "--help"])
+    entries = _entries(out.getvalue())
+    assert entries, out.getvalue()
+    missing = [name for name, text in entries if not text and name != "COMMAND" and name != "VERB"]
+    assert not missing, (command, missing)
 
 
 def test_the_console_script_is_installed_and_checks_its_arguments() -> None:

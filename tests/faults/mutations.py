@@ -64,6 +64,10 @@ JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
+STRANDED = "services/recovery/src/san_recovery/stranded.py"
+STRANDED_TESTS = "tests/faults/test_stranded.py"
+MAINTENANCE_TESTS = "tests/recovery/test_maintenance.py"
+OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
@@ -816,6 +820,42 @@ MUTATIONS = (
         (
             "tests/worker/test_pause.py::test_a_worker_whose_database_is_unreachable_stops"
             "_consuming_until_it_answers",
+        ),
+    ),
+    Mutation(
+        "stranded-republish-removed",
+        "the stranded-message check re-publishes nothing (a purged job waits for the ghost sweep)",
+        (
+            Edit(
+                STRANDED,
+                "jobs = await repository.mark_republished(session, confirmed, NOTE)",
+                "jobs = await repository.mark_republished(session, {}, NOTE)",
+            ),
+        ),
+        (
+            f"{STRANDED_TESTS}::test_purged_queues_are_healed_without_repeating_a_call",
+            f"{MAINTENANCE_TESTS}::test_purged_messages_are_republished_once_on_the_second_sighting",
+        ),
+    ),
+    Mutation(
+        "stranded-first-sighting",
+        "the stranded check re-publishes what it suspects at once (deliveries waiting in a "
+        "worker's buffer too)",
+        (
+            Edit(
+                STRANDED,
+                "confirmed = {j: at for j, at in suspects.items() if before.get(j) == at}",
+                "confirmed = dict(suspects)",
+            ),
+        ),
+        (f"{MAINTENANCE_TESTS}::test_purged_messages_are_republished_once_on_the_second_sighting",),
+    ),
+    Mutation(
+        "outage-warned-every-time",
+        "every failed call of an outage logs its own WARNING",
+        (Edit(OUTAGES, "        if self._since is None:\n", "        if True:\n"),),
+        (
+            "tests/faults/test_outage_logs.py::test_an_outage_is_one_warning_and_one_info_per_service",
         ),
     ),
     Mutation(

@@ -10,15 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.models import (
-    AsyncJob,
-    AsyncJobEvent,
-    GithubOAuthState,
-    OutboxMessage,
-    RateLimitBucket,
-    SweepRequest,
-    SweepRun,
-)
+from san_common.models import AsyncJob, AsyncJobEvent, OutboxMessage, SweepRequest, SweepRun
 from san_common.models.operations import SWEEP_NAMES
 from san_recovery.policy import Policy
 from san_recovery.runner import RunStatus, run_requested, run_sweep
@@ -110,45 +102,3 @@ async def test_runs_are_recorded_and_operator_requests_run(db: Sessions) -> None
 
 def test_the_api_names_every_sweep_recovery_knows() -> None:
     assert set(SWEEP_NAMES) == {s.value for s in Sweep}
-
-
-async def test_retention_prunes_idle_rate_limit_buckets_and_spent_oauth_states(
-    db: Sessions,
-) -> None:
-    """The API's per-request state does not grow forever: buckets idle longer than any
-    refill takes, and OAuth states used or expired, go; live ones stay."""
-    user_id, _ = await new_user(db)
-    idle = [(f"idle-{i}", "scraps", days_ago(2)) for i in range(15)]
-    live = [("busy", "scraps", NOW - timedelta(minutes=5)), ("busy", "til", days_ago(0.9))]
-    states = {
-        "expired": (days_ago(1), None),
-        "used": (NOW + timedelta(minutes=5), NOW - timedelta(minutes=1)),
-        "pending": (NOW + timedelta(minutes=5), None),
-    }
-    async with db() as session, session.begin():
-        rows = [*idle, *live]
-        await session.execute(
-            insert(RateLimitBucket),
-            [{"subject": s, "bucket": b, "tokens": 3.0, "updated_at": at} for s, b, at in rows],
-        )
-        await session.execute(
-            insert(GithubOAuthState),
-            [
-                {"state_hash": name.ljust(64, "0"), "user_id": user_id,
-                 "encrypted_code_verifier": "x", "expires_at": expires, "used_at": used}
-                for name, (expires, used) in states.items()
-            ],
-        )  # fmt: skip
-
-    report = await run_sweep(db, Sweep.RETENTION, now=NOW, policy=POLICY)
-
-    assert report.ok and report.batches >= 2  # bounded: at most 10 buckets per transaction
-    assert report.tally.by_type["rate_limit_buckets"].pruned == 15
-    assert report.tally.by_type["github_oauth_states"].pruned == 2
-    async with db() as session:
-        buckets = (
-            await session.execute(select(RateLimitBucket.subject, RateLimitBucket.bucket))
-        ).all()
-        kept = (await session.scalars(select(GithubOAuthState.state_hash))).all()
-    assert sorted(buckets) == [("busy", "scraps"), ("busy", "til")]
-    assert kept == ["pending".ljust(64, "0")]

@@ -18,9 +18,6 @@ class Policy:
     # Retention: terminal jobs older than this (by finished_at) are deleted.
     keep_completed: timedelta = timedelta(days=14)
     keep_failed: timedelta = timedelta(days=30)  # FAILED and CANCELLED
-    # A rate-limit bucket untouched this long has refilled whatever the API's limits (a full
-    # bucket and no row are the same to the API); deleting it loses nothing.
-    keep_idle_buckets: timedelta = timedelta(days=1)
 
     @property
     def max_attempt(self) -> int:

@@ -18,6 +18,7 @@ from san_common.models.operations import (
     JobTypePause,
     SweepRequest,
     SweepRun,
+    WorkerPresence,
 )
 from san_common.models.rate_limits import RateLimitBucket
 from san_common.models.scraps import Scrap
@@ -55,6 +56,7 @@ __all__ = [
     "Tag",
     "TilGithubCommit",
     "User",
+    "WorkerPresence",
     "card_tags",
     "daily_summary_cards",
 ]

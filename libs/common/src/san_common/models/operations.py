@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Index, Integer, Text, text
+from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Identity, Index, Integer, Text, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -54,6 +54,24 @@ class JobTypePause(Base):
     job_type: Mapped[str] = mapped_column(Text, primary_key=True)
     paused_by: Mapped[str] = mapped_column(Text)
     paused_at: Mapped[datetime] = created_at()
+
+
+class WorkerPresence(Base):
+    """A worker process, as it last reported itself: written by the process's presence
+    beat (`san_common.worker.presence`), one statement per beat whatever it runs; removed
+    when the process stops cleanly. A row whose beat went silent is a worker that died or
+    was cut off; it is deleted after a day. What it runs is read from `async_jobs`."""
+
+    __tablename__ = "worker_presence"
+
+    worker_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    job_types: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # How often it beats: a worker silent for several beats is shown as gone.
+    beat_seconds: Mapped[float] = mapped_column(Float)
 
 
 class SweepRun(Base):

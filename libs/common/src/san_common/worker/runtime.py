@@ -22,6 +22,7 @@ from san_common.worker.consumer import Consumer
 from san_common.worker.executor import Executor, Middleware, RuntimeConfig
 from san_common.worker.handler import JobHandler
 from san_common.worker.middleware import DEFAULT_MIDDLEWARE
+from san_common.worker.presence import Presence
 from san_common.worker.store import JobStore, SqlJobStore
 
 
@@ -64,10 +65,22 @@ class WorkerRuntime:
         self.connected = self.consumer.connected
         # Readiness hook (deploy's probes): the consumer is open and consuming.
         self.consuming = self.consumer.consuming
+        self.presence = Presence(
+            session_factory,
+            worker_id=self.worker_id,
+            job_types=[str(t) for t in handlers],
+            interval=config.heartbeat_seconds,
+        )
         metrics.init_worker_series(str(t) for t in handlers)
 
     async def run(self, stop: asyncio.Event) -> None:
         self.executor.deployment_id = await deployment.identity(self._sessions)
-        await self.consumer.run(
-            stop, worker_id=self.worker_id, deployment_id=self.executor.deployment_id
-        )
+        present = asyncio.Event()  # listed while it consumes or drains
+        beating = asyncio.create_task(self.presence.run(present))
+        try:
+            await self.consumer.run(
+                stop, worker_id=self.worker_id, deployment_id=self.executor.deployment_id
+            )
+        finally:
+            present.set()
+            await beating

@@ -1,6 +1,6 @@
 """`san-admin`: the operator console's verbs from a shell, over the admin API.
 
-    san-admin jobs list [--status S]... [--type T]... [--user U] [--error TEXT] [--limit N]
+    san-admin jobs list [--id PREFIX] [--status S]... [--type T]... [--user U] [--error TEXT]
     san-admin jobs show JOB_ID
     san-admin jobs retry JOB_ID | --where [filters] [--dry-run]
     san-admin jobs cancel JOB_ID | --where [filters] [--dry-run]
@@ -8,12 +8,16 @@
     san-admin dlq redrive|purge (--message-id ID | --type T | --all)
     san-admin queues list | pause TYPE | resume TYPE
     san-admin sweeps list | run SWEEP...
+    san-admin workers
+    san-admin stats [--minutes N]
+    san-admin outbox
     san-admin audit [--limit N]
 
 The API is `--url` (or SAN_ADMIN_URL, default http://127.0.0.1:8000) and the operator
 token `--token` (or SAN_ADMIN_TOKEN; `san-token --operator NAME` mints one). `--json`
-prints the API's JSON. Exit codes: 0 done; 1 the API is unreachable or failed (5xx), or
-a dead letter asked to be re-driven was not (each is listed, with why);
+prints the API's JSON. Statuses and job types are accepted in any case. Exit codes: 0 done;
+1 the API is unreachable or failed (5xx), or a dead letter asked to be re-driven was not
+(each is listed, with why);
 2 bad usage or input (400); 3 not allowed (401/403); 4 not found (404); 5 the job's state
 does not allow it (409).
 """
@@ -30,6 +34,7 @@ from typing import Any, TextIO
 import httpx
 
 from san_common import cli
+from san_common.jobs.types import JobStatus, JobType
 
 PROG = "san-admin"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DENIED, EXIT_NOT_FOUND, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
@@ -43,61 +48,124 @@ class Failure(Exception):
         self.code = code
 
 
+STATUSES = [s.value for s in JobStatus]
+JOB_TYPES = [t.value for t in JobType]
+
+
+def _upper(value: str) -> str:
+    """Enum options in any case: `--status failed` is FAILED. An unknown value is the
+    API's to refuse (one line, exit 2), like every other bad input."""
+    return value.strip().upper()
+
+
+def _job_type(parser: argparse._ActionsContainer, help: str, **kwargs: Any) -> None:
+    parser.add_argument(
+        "--type",
+        type=_upper,
+        metavar="JOB_TYPE",
+        help=f"{help} ({', '.join(JOB_TYPES)}; any case)",
+        **kwargs,
+    )
+
+
 def _filters(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--status", action="append", default=[], metavar="STATUS")
-    parser.add_argument("--type", action="append", default=[], metavar="JOB_TYPE")
+    parser.add_argument("--id", metavar="PREFIX", help="the job id, or the start of it")
+    parser.add_argument(
+        "--status",
+        type=_upper,
+        metavar="STATUS",
+        action="append",
+        default=[],
+        help=f"only jobs in this status ({', '.join(STATUSES)}; any case; repeatable)",
+    )
+    _job_type(parser, "only jobs of this type; repeatable", action="append", default=[])
     parser.add_argument("--user", help="the owner's external id (or user id)")
     parser.add_argument("--error", help="text the error message contains")
-    parser.add_argument("--created-from", metavar="ISO8601")
-    parser.add_argument("--created-to", metavar="ISO8601")
+    parser.add_argument("--created-from", metavar="ISO8601", help="created at or after (with zone)")
+    parser.add_argument("--created-to", metavar="ISO8601", help="created before (with zone)")
+
+
+def _limit(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--limit", type=int, default=50, help=f"at most this many {what}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.parser(PROG, __doc__ or "", distribution="san-api")
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--url", default=os.environ.get("SAN_ADMIN_URL", "http://127.0.0.1:8000"))
-    parser.add_argument("--token", default=os.environ.get("SAN_ADMIN_TOKEN", ""))
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("SAN_ADMIN_URL", "http://127.0.0.1:8000"),
+        help="the API's base URL (SAN_ADMIN_URL; default http://127.0.0.1:8000)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("SAN_ADMIN_TOKEN", ""),
+        help="an operator token (SAN_ADMIN_TOKEN; `san-token --operator NAME` mints one)",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON")
-    parser.add_argument("--timeout", type=float, default=30.0)
-    nouns = parser.add_subparsers(dest="noun", required=True)
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the API (default 30)"
+    )
+    nouns = parser.add_subparsers(dest="noun", required=True, metavar="COMMAND")
 
-    jobs = nouns.add_parser("jobs").add_subparsers(dest="verb", required=True)
-    listing = jobs.add_parser("list")
+    jobs = nouns.add_parser("jobs", help="list, show, retry or cancel jobs").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    listing = jobs.add_parser("list", help="jobs newest first, filtered")
     _filters(listing)
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--cursor")
-    jobs.add_parser("show").add_argument("job_id")
+    _limit(listing, "jobs")
+    listing.add_argument("--cursor", help="the page after the one that printed it")
+    jobs.add_parser("show", help="one job with its history").add_argument(
+        "job_id", help="the job's id"
+    )
     for verb in ("retry", "cancel"):
-        action = jobs.add_parser(verb)
-        action.add_argument("job_id", nargs="?")
+        action = jobs.add_parser(verb, help=f"{verb} one job, or every job the filters match")
+        action.add_argument("job_id", nargs="?", help="the job's id (or use --where)")
         action.add_argument("--where", action="store_true", help="every job the filters match")
         action.add_argument("--dry-run", action="store_true", help="only count (with --where)")
         _filters(action)
 
-    dlq = nouns.add_parser("dlq").add_subparsers(dest="verb", required=True)
-    dlq.add_parser("list").add_argument("--limit", type=int, default=50)
+    dlq = nouns.add_parser("dlq", help="dead letters").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    _limit(dlq.add_parser("list", help="dead letters in queue order"), "dead letters")
     for verb in ("redrive", "purge"):
-        action = dlq.add_parser(verb)
+        action = dlq.add_parser(verb, help=f"{verb} dead letters")
         chosen = action.add_mutually_exclusive_group(required=True)
-        chosen.add_argument("--message-id")
-        chosen.add_argument("--type", metavar="JOB_TYPE")
-        chosen.add_argument("--all", action="store_true")
+        chosen.add_argument("--message-id", help="the one with this message id")
+        _job_type(chosen, "those of this job type")
+        chosen.add_argument("--all", action="store_true", help="all of them")
 
-    queues = nouns.add_parser("queues").add_subparsers(dest="verb", required=True)
-    queues.add_parser("list")
+    queues = nouns.add_parser("queues", help="queue depths; pause or resume a job type")
+    verbs = queues.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs.add_parser("list", help="every queue: ready, unacked, consumers, paused")
     for verb in ("pause", "resume"):
-        queues.add_parser(verb).add_argument("job_type")
+        verbs.add_parser(verb, help=f"{verb} every worker's consumer of a job type").add_argument(
+            "job_type", type=_upper, metavar="JOB_TYPE",
+            help=f"the job type ({', '.join(JOB_TYPES)}; any case)",
+        )  # fmt: skip
 
-    sweeps = nouns.add_parser("sweeps").add_subparsers(dest="verb", required=True)
-    sweeps.add_parser("list")
-    sweeps.add_parser("run").add_argument("sweeps", nargs="+", metavar="SWEEP")
+    sweeps = nouns.add_parser("sweeps", help="recovery sweeps").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    sweeps.add_parser("list", help="recent sweep runs")
+    sweeps.add_parser("run", help="ask the recovery service to run sweeps now").add_argument(
+        "sweeps", nargs="+", metavar="SWEEP", help="sweep names, or `all`"
+    )
 
-    nouns.add_parser("audit").add_argument("--limit", type=int, default=50)
+    nouns.add_parser("workers", help="worker processes, their jobs and last heartbeat")
+    nouns.add_parser("stats", help="jobs by status; wait and run time; oldest due").add_argument(
+        "--minutes", type=int, default=60, help="the window of the percentiles (default 60)"
+    )
+    nouns.add_parser("outbox", help="messages the relay has not published yet")
+    _limit(nouns.add_parser("audit", help="operator actions, newest first"), "actions")
     return parser
 
 
 def _filter_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {}
+    if getattr(args, "id", None):
+        body["jobId"] = args.id
     if args.status:
         body["status"] = args.status
     if args.type:
@@ -146,6 +214,42 @@ def _reason(letter: dict[str, Any]) -> str:
     if letter["deadLetteredBy"] == "broker" and letter["deaths"] > 1:
         reason += f" ×{letter['deaths']}"
     return f"{reason}: {letter['detail'][:60]}" if letter["detail"] else reason
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    if value < 120:
+        return f"{value:.1f}s"
+    return f"{value / 60:.1f}m" if value < 7200 else f"{value / 3600:.1f}h"
+
+
+def _workers(out: TextIO, result: dict[str, Any]) -> None:
+    rows = [
+        (w["workerId"], w["host"], ",".join(w["jobTypes"]), w["inFlight"],
+         f"{_seconds(w['silentSeconds'])} ago", "alive" if w["alive"] else "SILENT")
+        for w in result["items"]
+    ]  # fmt: skip
+    _table(out, rows, ("WORKER", "HOST", "JOB TYPES", "IN FLIGHT", "LAST BEAT", "STATE"))
+    print(f"alive: {result['alive']} of {len(result['items'])}", file=out)
+
+
+def _stats(out: TextIO, result: dict[str, Any]) -> None:
+    counts: dict[str, dict[str, int]] = {}
+    for cell in result["totals"]:
+        counts.setdefault(cell["jobType"], {})[cell["status"]] = cell["count"]
+    _table(out, [(t, *(c.get(s, 0) for s in STATUSES)) for t, c in sorted(counts.items())],
+           ("JOB TYPE", *STATUSES))  # fmt: skip
+    print(f"\nlast {result['minutes']} min, jobs finished:", file=out)
+    _table(out, [(t["jobType"], t["finished"], _seconds(t["waitP50"]), _seconds(t["waitP95"]),
+                  _seconds(t["runP50"]), _seconds(t["runP95"])) for t in result["jobTypes"]],
+           ("JOB TYPE", "FINISHED", "WAIT P50", "WAIT P95", "RUN P50", "RUN P95"))  # fmt: skip
+    print("\npending, by queue:", file=out)
+    _table(out, [(q["queue"], q["pending"], q["due"], _seconds(q["oldestDueSeconds"]))
+                 for q in result["queues"]],
+           ("QUEUE", "PENDING", "DUE", "OLDEST DUE"))  # fmt: skip
 
 
 def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
@@ -236,6 +340,22 @@ def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
         result = api.call("POST", "/admin/api/sweeps/run", json={"sweeps": args.sweeps})
         if not args.json:
             print(f"requested #{result['id']}: {', '.join(result['sweeps'])}", file=out)
+    elif noun == "workers":
+        result = api.call("GET", "/admin/api/workers")
+        if not args.json:
+            _workers(out, result)
+    elif noun == "stats":
+        totals = api.call("GET", "/admin/api/stats", params={"hours": 1})
+        timings = api.call("GET", "/admin/api/timings", params={"minutes": args.minutes})
+        result = {"totals": totals["totals"], **timings}
+        if not args.json:
+            _stats(out, result)
+    elif noun == "outbox":
+        result = api.call("GET", "/admin/api/outbox")
+        if not args.json:
+            age = result["oldestAgeSeconds"]
+            oldest = "" if age is None else f", oldest {_seconds(age)} old"
+            print(f"unpublished: {result['unpublished']}{oldest}", file=out)
     else:
         result = api.call("GET", "/admin/api/audit", params={"limit": args.limit})
         if not args.json:

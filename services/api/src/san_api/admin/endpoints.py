@@ -37,6 +37,7 @@ from san_api.admin.schemas import (
     JobPage,
     JobTypeView,
     OutboxView,
+    PendingView,
     QueuesView,
     QueueView,
     Stats,
@@ -45,7 +46,11 @@ from san_api.admin.schemas import (
     SweepRunView,
     SweepsView,
     TargetRow,
+    TimingsView,
+    TimingView,
     TryView,
+    WorkersView,
+    WorkerView,
 )
 from san_api.deps import SessionDep, SettingsDep
 from san_api.errors import NotFound, ValidationFailed
@@ -127,7 +132,11 @@ def to_filter(f: JobFilterIn) -> JobFilter:
             raise ValidationFailed("times need a UTC offset, e.g. 2026-12-02T10:00:00Z")
     if (f.error is not None and "\x00" in f.error) or (f.user is not None and "\x00" in f.user):
         raise ValidationFailed("text filters cannot contain NUL")
+    digits = (f.jobId or "").replace("-", "")
+    if f.jobId is not None and not 0 < len(digits) <= 32:
+        raise ValidationFailed("jobId: one to 32 hex digits (the start of a job id)")
     return JobFilter(
+        job_id_prefix=f.jobId,
         statuses=tuple(s.value for s in f.status),
         job_types=tuple(t.value for t in f.type),
         user=f.user,
@@ -268,6 +277,76 @@ async def stats(
         buckets=[BucketCell(at=a, jobType=t, status=s, count=n) for a, t, s, n in cells],
         bucket=bucket,
         since=since,
+    )
+
+
+# A worker that missed this many beats is shown as gone (dead, paused or cut off).
+MISSED_BEATS = 3
+
+
+@router.get("/workers", response_model=WorkersView)
+async def workers(session: SessionDep) -> WorkersView:
+    """Worker processes, newest first: what each consumes, the jobs it holds now and its
+    last beat. One that stopped cleanly is gone from the list; one that died stays, shown
+    not alive, for a day."""
+    items = [
+        WorkerView(
+            workerId=row.worker.worker_id,
+            host=row.worker.host,
+            pid=row.worker.pid,
+            jobTypes=row.worker.job_types,
+            inFlight=sum(row.running.values()),
+            running=row.running,
+            startedAt=row.worker.started_at,
+            lastHeartbeatAt=row.worker.heartbeat_at,
+            silentSeconds=round(row.silent_seconds, 3),
+            beatSeconds=row.worker.beat_seconds,
+            alive=row.silent_seconds <= MISSED_BEATS * row.worker.beat_seconds,
+        )
+        for row in await repository.workers(session)
+    ]
+    return WorkersView(items=items, alive=sum(w.alive for w in items))
+
+
+@router.get("/timings", response_model=TimingsView)
+async def timings(
+    session: SessionDep,
+    broker: BrokerDep,
+    minutes: Annotated[int, Query(ge=1, le=24 * 60)] = 60,
+) -> TimingsView:
+    """Wait and run time p50/p95 per job type over the last `minutes`, and per queue the
+    PENDING jobs and how long the oldest due one has waited."""
+    topology = broker.topology  # names only: the broker is not asked
+    by_queue: dict[str, list[repository.Waiting]] = {}
+    for row in await repository.waiting(session):
+        queue = topology.queue_name(row.job_type) if registry.find(row.job_type) else "?"
+        by_queue.setdefault(queue, []).append(row)
+    ages = {q: [r.oldest_due_seconds for r in rows if r.oldest_due_seconds is not None]
+            for q, rows in by_queue.items()}  # fmt: skip
+    return TimingsView(
+        minutes=minutes,
+        since=repository.since(minutes / 60),
+        jobTypes=[
+            TimingView(
+                jobType=t.job_type,
+                finished=t.finished,
+                waitP50=t.wait_p50,
+                waitP95=t.wait_p95,
+                runP50=t.run_p50,
+                runP95=t.run_p95,
+            )
+            for t in await repository.timings(session, seconds=minutes * 60)
+        ],
+        queues=[
+            PendingView(
+                queue=queue,
+                jobTypes=[r.job_type for r in rows],
+                pending=sum(r.pending for r in rows),
+                due=sum(r.due for r in rows),
+                oldestDueSeconds=round(max(ages[queue]), 3) if ages[queue] else None,
+            )
+            for queue, rows in sorted(by_queue.items())
+        ],
     )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     tuple_,
     update,
 )
@@ -34,6 +35,7 @@ from san_common.models import (
     SweepRequest,
     SweepRun,
     User,
+    WorkerPresence,
 )
 
 
@@ -48,6 +50,7 @@ class JobFilter:
     finished_to: datetime | None = None
     error: str | None = None
     job_id: uuid.UUID | None = None
+    job_id_prefix: str | None = None  # hex digits, dashes allowed (see `id_range`)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -63,10 +66,19 @@ class JobFilter:
         return out
 
 
+def id_range(prefix: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The first and last job ids that start with `prefix` (hex digits, dashes ignored):
+    a range on the primary key, so a prefix search is an index scan."""
+    digits = prefix.replace("-", "").lower()
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
 def _conditions(f: JobFilter) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = []
     if f.job_id:
         where.append(AsyncJob.job_id == f.job_id)
+    if f.job_id_prefix:
+        where.append(AsyncJob.job_id.between(*id_range(f.job_id_prefix)))
     if f.statuses:
         where.append(AsyncJob.status.in_(f.statuses))
     if f.job_types:
@@ -210,6 +222,115 @@ async def outbox_backlog(session: AsyncSession) -> tuple[int, datetime | None]:
         )
     ).one()
     return int(row[0]), row[1]
+
+
+# -- the fleet at a glance ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    worker: WorkerPresence
+    silent_seconds: float  # since its last beat, by the database's clock
+    running: dict[str, int]  # PROCESSING jobs it holds, by job type
+
+
+async def workers(session: AsyncSession) -> list[WorkerRow]:
+    """Every worker with a presence row, newest first, and the jobs each holds now."""
+    silent = func.extract("epoch", func.now() - WorkerPresence.heartbeat_at)
+    rows = (
+        await session.execute(
+            select(WorkerPresence, silent).order_by(
+                WorkerPresence.started_at.desc(), WorkerPresence.worker_id
+            )
+        )
+    ).all()
+    held = await session.execute(
+        select(AsyncJob.worker_id, AsyncJob.job_type, func.count())
+        .where(
+            AsyncJob.status == JobStatus.PROCESSING.value,
+            AsyncJob.worker_id.in_([row[0].worker_id for row in rows]),
+        )
+        .group_by(AsyncJob.worker_id, AsyncJob.job_type)
+    )
+    running: dict[str, dict[str, int]] = {}
+    for worker_id, job_type, count in held:
+        running.setdefault(str(worker_id), {})[job_type] = int(count)
+    return [WorkerRow(w, float(age), running.get(w.worker_id, {})) for w, age in rows]
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Seconds, over the jobs of one type that finished (COMPLETED or FAILED) in the
+    window: wait = created → its first try started; run = its last try, start → end."""
+
+    job_type: str
+    finished: int
+    wait_p50: float | None
+    wait_p95: float | None
+    run_p50: float | None
+    run_p95: float | None
+
+
+# One statement: the jobs finished in the window (index status, finished_at), each with
+# its first try (the tries' primary key).
+_TIMINGS = text(
+    """
+    SELECT job_type,
+           count(*),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY wait),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY wait),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY run),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY run)
+    FROM (
+        SELECT j.job_type,
+               extract(epoch FROM t.started_at - j.created_at) AS wait,
+               extract(epoch FROM j.finished_at - j.started_at) AS run
+        FROM async_jobs j
+        LEFT JOIN async_job_tries t ON t.job_id = j.job_id AND t.try_no = 1
+        WHERE j.status IN ('COMPLETED', 'FAILED')
+          AND j.finished_at >= now() - make_interval(secs => :seconds)
+    ) finished
+    GROUP BY job_type
+    ORDER BY job_type
+    """
+)
+
+
+async def timings(session: AsyncSession, *, seconds: float) -> list[Timings]:
+    rows = await session.execute(_TIMINGS, {"seconds": seconds})
+    return [
+        Timings(t, int(n), *(None if v is None else float(v) for v in (w50, w95, r50, r95)))
+        for t, n, w50, w95, r50, r95 in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    job_type: str
+    pending: int
+    due: int  # PENDING and due now: not waiting for a retry's time
+    oldest_due_seconds: float | None  # how long the longest-waiting due job has been due
+
+
+async def waiting(session: AsyncSession) -> list[Waiting]:
+    """PENDING jobs by type. A job waiting for its retry's time is not late; one that is
+    due counts from when it became due (created, or its retry's time)."""
+    due_since = func.coalesce(AsyncJob.next_attempt_at, AsyncJob.created_at)
+    is_due = due_since <= func.now()
+    rows = await session.execute(
+        select(
+            AsyncJob.job_type,
+            func.count(),
+            func.count().filter(is_due),
+            func.extract("epoch", func.now() - func.min(due_since).filter(is_due)),
+        )
+        .where(AsyncJob.status == JobStatus.PENDING.value)
+        .group_by(AsyncJob.job_type)
+        .order_by(AsyncJob.job_type)
+    )
+    return [
+        Waiting(t, int(n), int(d), None if age is None else float(age)) for t, n, d, age in rows
+    ]
 
 
 # -- audit ------------------------------------------------------------------------------------

@@ -71,6 +71,13 @@ class JobDetail(Wire):
 
 
 class JobFilterIn(Wire):
+    jobId: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=36,
+        pattern=r"^[0-9a-fA-F-]+$",
+        description="the job id, or the start of it (hex digits; dashes optional)",
+    )
     status: list[JobStatus] = Field(default_factory=list, max_length=10)
     type: list[JobType] = Field(default_factory=list, max_length=10)
     user: str | None = Field(default=None, min_length=1, max_length=255)
@@ -130,6 +137,52 @@ class Stats(Wire):
     buckets: list[BucketCell]
     bucket: str
     since: datetime
+
+
+class WorkerView(Wire):
+    workerId: str
+    host: str
+    pid: int
+    jobTypes: list[str] = Field(description="the job types it consumes")
+    inFlight: int = Field(description="PROCESSING jobs it holds now")
+    running: dict[str, int] = Field(description="those jobs, by job type")
+    startedAt: datetime
+    lastHeartbeatAt: datetime
+    silentSeconds: float = Field(description="since its last beat")
+    beatSeconds: float = Field(description="how often it beats")
+    alive: bool = Field(description="false once it has missed three beats: dead or cut off")
+
+
+class WorkersView(Wire):
+    items: list[WorkerView]
+    alive: int
+
+
+class TimingView(Wire):
+    jobType: str
+    finished: int = Field(description="jobs of this type finished (COMPLETED or FAILED)")
+    waitP50: float | None = Field(description="seconds from created to the first try's start")
+    waitP95: float | None
+    runP50: float | None = Field(description="seconds of the last try, start to end")
+    runP95: float | None
+
+
+class PendingView(Wire):
+    queue: str
+    jobTypes: list[str]
+    pending: int = Field(description="PENDING jobs, those waiting for a retry's time included")
+    due: int = Field(description="PENDING jobs due now")
+    oldestDueSeconds: float | None = Field(
+        description="how long the longest-waiting due job has been due (created, or its"
+        " retry's time): a job nobody picks up shows here, not only as a count"
+    )
+
+
+class TimingsView(Wire):
+    minutes: int
+    since: datetime
+    jobTypes: list[TimingView]
+    queues: list[PendingView]
 
 
 class OutboxView(Wire):

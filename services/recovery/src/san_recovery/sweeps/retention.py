@@ -1,10 +1,6 @@
 """Retention: terminal jobs finished before their horizon are deleted, a bounded batch per
 status per transaction, with their status history (cascade) and any outbox rows left.
-Active jobs are never touched; the runner repeats batches until one comes back short.
-
-The API's per-request state goes the same way: rate-limit buckets idle longer than any
-refill takes (`keep_idle_buckets`), and OAuth states used or expired. They count in the
-report under `rate_limit_buckets` and `github_oauth_states`."""
+Active jobs are never touched; the runner repeats batches until one comes back short."""
 
 from __future__ import annotations
 
@@ -33,20 +29,4 @@ async def sweep(session: AsyncSession, now: datetime, policy: Policy) -> Tally:
             tally.found(job_type)
             tally.record(job_type, Outcome.PRUNED)
         await repository.delete_outbox_of(session, [job_id for job_id, _ in pruned])
-    idle_before = now - policy.keep_idle_buckets
-    for kind, count in (
-        (
-            "rate_limit_buckets",
-            await repository.prune_idle_buckets(
-                session, idle_before=idle_before, limit=policy.batch_size
-            ),
-        ),
-        (
-            "github_oauth_states",
-            await repository.prune_spent_oauth_states(session, now=now, limit=policy.batch_size),
-        ),
-    ):
-        for _ in range(count):
-            tally.found(kind)
-            tally.record(kind, Outcome.PRUNED)
     return tally
