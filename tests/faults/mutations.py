@@ -1034,6 +1034,58 @@ MUTATIONS = (
         ),
         ("tests/deploy/test_kubernetes.py::test_keda_scales_each_worker_on_exactly_its_queues",),
     ),
+    Mutation(
+        "own-jobs-of-everyone",
+        "`GET /async-jobs` lists every user's jobs (the owner filter dropped)",
+        (
+            Edit(
+                "services/api/src/san_api/jobs/repository.py",
+                "query = select(AsyncJob).where(AsyncJob.user_id == user_id)",
+                "query = select(AsyncJob)",
+            ),
+        ),
+        ("tests/api/test_own_jobs.py::test_a_user_lists_their_own_jobs_and_never_anothers",),
+    ),
+    Mutation(
+        "owner-cancels-anyones-job",
+        "`DELETE /async-jobs/{id}` finds the job without its owner",
+        (
+            Edit(
+                "services/api/src/san_api/jobs/endpoints.py",
+                "    job = await jobs.get_for_user(session, jobId, user.user_id)\n"
+                "    if job is None:\n"
+                '        raise NotFound(f"job {jobId} not found")\n'
+                "    if job.status != JobStatus.PENDING.value:",
+                "    job = await session.get(AsyncJob, jobId)\n"
+                "    if job is None:\n"
+                '        raise NotFound(f"job {jobId} not found")\n'
+                "    if job.status != JobStatus.PENDING.value:",
+            ),
+        ),
+        ("tests/api/test_own_jobs.py::test_a_user_cancels_their_own_pending_job_and_only_theirs",),
+    ),
+    Mutation(
+        "started-broker-left-running",
+        "the RabbitMQ `make run` started is not stopped with it",
+        (Edit("dev/local_broker.py", '["rabbitmqctl", "stop"]', '["true"]'),),
+        ("tests/unit/test_local_broker.py::test_a_broker_it_started_is_reported_and_stopped",),
+    ),
+    Mutation(
+        "make-run-port-unchecked",
+        "`make run` starts without checking API_PORT (a second run starts every service)",
+        (
+            Edit(
+                "dev/run_local.py",
+                '        cli.require_free_port("run", "API_PORT", '
+                'env.get("API_HOST", "127.0.0.1"), _api_port(env))\n',
+                "",
+            ),
+        ),
+        (
+            "tests/e2e/test_startup_errors.py"
+            "::test_make_run_on_a_busy_port_fails_fast_with_one_line",
+        ),
+    ),
 )
 
 
