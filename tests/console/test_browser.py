@@ -370,6 +370,16 @@ async def test_operator_sees_the_fleet_at_a_glance(
         await engine.dispose()
 
 
+async def read(page: Page, css: str) -> str:
+    """An element's text in one call: htmx may swap the live part between two calls."""
+    text = await page.call(page.driver.execute_script, """
+        const found = document.querySelector(arguments[0]);
+        return found ? found.innerText.trim() : null;
+    """, css)  # fmt: skip
+    assert text is not None, f"nothing matches {css}"
+    return str(text)
+
+
 async def look_at_the_fleet(
     page: Page, worker_id: str, topology: Topology, stuck: uuid.UUID
 ) -> None:
@@ -382,34 +392,46 @@ async def look_at_the_fleet(
 
     worker = f'tr[data-worker="{worker_id}"]'
     await page.until("the worker holding its two jobs", text_is(f"{worker} .in-flight", "2"))
-    assert await page.text(f"{worker} .state") == "alive"
-    assert "CARD_ANALYSIS, SCRAP_REFINE" in await page.text(worker)
+    assert await read(page, f"{worker} .state") == "alive"
+    assert "CARD_ANALYSIS, SCRAP_REFINE" in await read(page, worker)
     card = 'tr[data-job-type="CARD_ANALYSIS"]'
     await page.until("the percentiles", lambda d: d.find_elements(By.CSS_SELECTOR, card))
     for cell in ("wait-p50", "wait-p95", "run-p50", "run-p95"):
-        shown = await page.text(f"{card} .{cell}")
+        shown = await read(page, f"{card} .{cell}")
         assert shown.endswith((" ms", " s")), (cell, shown)
-    assert float((await page.text(f"{card} .run-p50")).split()[0]) >= 200  # Quick sleeps 0.2 s
+    assert float((await read(page, f"{card} .run-p50")).split()[0]) >= 200  # Quick sleeps 0.2 s
     github = f'tr[data-pending-queue="{topology.queue_name(JobType.TIL_GITHUB_COMMIT)}"]'
-    oldest = await page.text(f"{github} .oldest")
+    oldest = await read(page, f"{github} .oldest")
     assert oldest.endswith(" min") and 12 <= float(oldest.split()[0]) < 14, oldest
     await page.until("the minute chart", count_at_least("#minute-chart", "data-total", 6))
-    bars = await page.call(page.driver.find_elements, By.CSS_SELECTOR, "#minute-chart g.minute")
-    assert len(bars) == 60
+    bars = await page.call(page.driver.execute_script, """
+        return document.querySelectorAll("#minute-chart g.minute").length;
+    """)  # fmt: skip
+    assert bars == 60
 
     # times are the browser's own zone, not UTC
-    first = await page.call(page.driver.find_element, By.CSS_SELECTOR, f"{worker} time")
-    utc = datetime.fromisoformat(str(await page.call(first.get_attribute, "datetime")))
+    stamp = await page.call(page.driver.execute_script, """
+        const t = document.querySelector(arguments[0]);
+        return t && [t.getAttribute("datetime"), t.getAttribute("data-local"), t.innerText];
+    """, f"{worker} time")  # fmt: skip
+    utc = datetime.fromisoformat(stamp[0])
     local = utc.astimezone(ZoneInfo(ZONE))
-    assert await page.call(first.get_attribute, "data-local") == ZONE
-    assert local.strftime("%H:%M:%S") in await page.call(lambda: first.text)
-    assert utc.strftime("%H:%M:%S") not in await page.call(lambda: first.text)
+    assert stamp[1] == ZONE
+    assert local.strftime("%H:%M:%S") in stamp[2] and utc.strftime("%H:%M:%S") not in stamp[2]
     await page.shot("10-fleet-at-a-glance")
 
-    # the live chart is redrawn after the page's live part is swapped
+    # htmx swaps the live part of the page (the chart with it): the chart is drawn again
     await page.mark()
-    await page.until("a refresh", lambda d: d.execute_script(
-        "return document.querySelectorAll('#minute-chart g.minute').length") == 60)  # fmt: skip
+    await page.call(page.driver.execute_script, """
+        window.__swapped = false;
+        document.addEventListener("htmx:afterSettle", () => { window.__swapped = true; });
+        htmx.trigger(document.body, "san:refresh");
+    """)  # fmt: skip
+    await page.until("a swap", lambda d: d.execute_script("return window.__swapped"))
+    redrawn = await page.call(page.driver.execute_script, """
+        return document.querySelectorAll("#minute-chart g.minute").length;
+    """)  # fmt: skip
+    assert redrawn == 60 and await page.not_reloaded()
 
     prefix = str(stuck)[:8]
     await page.call(page.driver.find_element(By.ID, "job-search").send_keys, prefix + "\n")
@@ -421,7 +443,10 @@ async def look_at_the_fleet(
     )
     await page.shot("11-job-search")
     logs = await page.call(page.driver.get_log, "browser")
-    problems = [e["message"] for e in logs if e["level"] == "SEVERE"]
+    # (the browser's own request for /favicon.ico is no page's doing)
+    problems = [
+        e["message"] for e in logs if e["level"] == "SEVERE" and "favicon" not in e["message"]
+    ]
     assert not problems, problems
     for name in ("10-fleet-at-a-glance", "11-job-search"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 1000
