@@ -70,6 +70,12 @@ RECOVERY_SWEEP_RUNS = Counter(
 RECOVERY_LAST_SUCCESS = Gauge(
     "san_recovery_last_success_timestamp_seconds", "When a sweep last ran to the end", ["sweep"]
 )
+# The maintenance service's stranded-message check (services/recovery/.../stranded.py).
+STRANDED_REPUBLISHED = Counter(
+    "san_stranded_republished_total",
+    "PENDING jobs whose message was missing from their queue, re-published",
+    ["job_type"],
+)
 
 JOB_OUTCOMES = ("completed", "failed", "lease_lost")
 DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable", "foreign", "unknown-job")

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from san_api.errors import PROBLEM_JSON, database_unavailable
 from san_api.settings import ApiSettings
 from san_common.compat import head_limited_httptools
+from san_common.outages import DATABASE
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class UnhandledErrorMiddleware:
                 raise  # a half-sent answer cannot be mended; uvicorn closes the connection
             unavailable = database_unavailable(exc)
             if unavailable is not None:
-                log.warning("database unavailable: %s", type(exc).__name__)
+                DATABASE.lost(exc, f"{scope.get('method')} {scope.get('path')}")
                 await send_problem(
                     send,
                     scope,

@@ -58,6 +58,7 @@ from san_common.jobs import registry
 from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
 from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
+from san_common.outages import DATABASE
 from san_common.retry import ROUND_BACKOFF, GiveUp, Retry, RetryPolicy
 from san_common.worker.handler import JobHandler, needs_load
 from san_common.worker.leases import LeaseKeeper
@@ -279,12 +280,16 @@ class Executor:
             return outcome
         except _Outage as outage:
             pause = self._pause_before_requeue(context, outage.error)
-            log.warning(
-                "database unavailable; job requeued"
-                if is_connection_loss(outage.error)
-                else "lost to a concurrent transaction; job requeued",
-                extra={"fields": {"error": cause_chain(outage.error)[:500], "retry_in_s": pause}},
-            )
+            fields = {"error": cause_chain(outage.error)[:500], "retry_in_s": pause}
+            if is_connection_loss(outage.error):
+                # the outage is one WARNING for the process (san_common.outages), not one
+                # per delivery it interrupts
+                DATABASE.lost(outage.error, "running a job")
+                log.info("database unavailable; job requeued", extra={"fields": fields})
+            else:
+                log.warning(
+                    "lost to a concurrent transaction; job requeued", extra={"fields": fields}
+                )
             return await self._requeue_after(context, pause, "released after a database outage")
         except asyncio.CancelledError:
             await asyncio.shield(self._give_back(context, "released on shutdown"))
