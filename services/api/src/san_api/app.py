@@ -31,6 +31,7 @@ from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
 from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
 from san_api.til.endpoints import router as til_router
+from san_api.usage.endpoints import router as usage_router
 from san_api.users.cache import ProvisionedUsers
 from san_api.users.endpoints import router as users_router
 from san_common import probes, tracing
@@ -126,6 +127,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         recall_quizzes_router,
         github_router,
         users_router,
+        usage_router,
         admin_router,
     ):
         app.include_router(router)

@@ -95,6 +95,14 @@ class RateLimited(AppError):
     code, status, title = "RATE_LIMITED", 429, "Too many requests; retry after the given time"
 
 
+class BudgetExceeded(AppError):
+    code, status, title = (
+        "BUDGET_EXCEEDED",
+        429,
+        "Your AI budget is spent; retry after it resets (`resetsAt`)",
+    )
+
+
 class TooManyActiveJobs(AppError):
     code, status, title = (
         "TOO_MANY_ACTIVE_JOBS",

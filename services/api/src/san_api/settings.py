@@ -7,9 +7,10 @@ from pydantic import Field, model_validator
 from san_common.github.settings import GithubAccessSettings
 from san_common.local_secrets import PLACEHOLDERS, local_secret
 from san_common.settings import HttpUrl
+from san_common.usage.budgets import BudgetSettings
 
 
-class ApiSettings(GithubAccessSettings):
+class ApiSettings(GithubAccessSettings, BudgetSettings):
     reported_prefixes: ClassVar[tuple[str, ...]] = ("API_", "AUTH_")
     service_name: str = "api"
     api_host: str = "127.0.0.1"

@@ -27,6 +27,7 @@ from san_api.github.schemas import (
 )
 from san_api.limits.dependencies import job_limits
 from san_api.openapi import problems
+from san_common.jobs.types import JobType
 from san_common.models import GithubAccount, GithubRepository, TilGithubCommit
 
 router = APIRouter(tags=["github"])
@@ -196,7 +197,9 @@ async def list_til_commits(
     "/github-star-recommendations",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=StarJobAccepted,
-    dependencies=job_limits("github-star-recommendations"),
+    dependencies=job_limits(
+        "github-star-recommendations", ai_jobs=(JobType.GITHUB_STAR_RECOMMENDATION,)
+    ),
     responses=problems(errors.GithubNotLinked, errors.DuplicateResource),
 )
 async def request_star_recommendations(user: CurrentUser, session: SessionDep) -> StarJobAccepted:
