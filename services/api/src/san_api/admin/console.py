@@ -8,6 +8,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from pydantic import ValidationError
 
 from san_api.admin import endpoints as api
@@ -30,6 +32,31 @@ from san_common.models.operations import SWEEP_NAMES
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=_HERE / "templates")
+
+
+def _when(moment: datetime | None, empty: str = "–") -> Markup:
+    """A time as `<time>` in UTC; console.js shows it in the browser's own zone."""
+    if moment is None:
+        return Markup(escape(empty))
+    utc = moment.astimezone(UTC)
+    return Markup('<time datetime="{}">{}</time>').format(
+        utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    """Seconds as an operator reads them: 850 ms, 4.2 s, 3.5 min, 2.0 h."""
+    if seconds is None:
+        return "–"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["duration"] = _duration
 
 _STATUSES = [s.value for s in JobStatus]
 _TYPES = [t.value for t in JobType]
@@ -194,6 +221,8 @@ async def overview(
             count[cell.status] += cell.count
     active = sum(c.count for c in stats.totals if c.status in ("PENDING", "PROCESSING"))
     superseded = await service.superseded_since(session, stats.since)
+    workers = await api.workers(session)
+    timings = await api.timings(session, broker, minutes=60)
     return _page(
         request,
         "overview.html",
@@ -213,7 +242,12 @@ async def overview(
         queues_error=error,
         dead_letters=dead,
         totals={(c.jobType, c.status): c.count for c in stats.totals},
+        workers=workers,
+        timings=timings,
     )
+
+
+_TEXT_FILTERS = ("jobId", "user", "createdFrom", "createdTo", "finishedFrom", "finishedTo", "error")
 
 
 def _filter_from_query(request: Request) -> JobFilterIn:
@@ -222,9 +256,9 @@ def _filter_from_query(request: Request) -> JobFilterIn:
         "status": [s for s in params.getlist("status") if s],
         "type": [t for t in params.getlist("type") if t],
     }
-    for key in ("user", "createdFrom", "createdTo", "finishedFrom", "finishedTo", "error"):
+    for key in _TEXT_FILTERS:
         if params.get(key):
-            raw[key] = params[key]
+            raw[key] = params[key].strip()
     return JobFilterIn.model_validate(raw)
 
 
@@ -238,14 +272,17 @@ async def jobs_page(
         return _back("/admin/jobs", "invalid", error=True)
     cursor = request.query_params.get("cursor") or None
     query = JobListQuery.model_validate({**form.model_dump(), "cursor": cursor, "limit": 50})
-    page = await api.list_jobs(session, query)
+    try:
+        page = await api.list_jobs(session, query)
+    except AppError as exc:
+        return _back("/admin/jobs", f"invalid filter: {exc.detail}", error=True)
     pairs = [
         (k, v)
         for k, v in request.query_params.multi_items()
         if k not in ("cursor", "notice", "error", *notices.PARAMETERS) and v
     ]
     bulk = None
-    if form.status or form.type or form.user or form.error or form.createdFrom:
+    if form.jobId or form.status or form.type or form.user or form.error or form.createdFrom:
         limit = settings.admin_bulk_limit
         f = api.to_filter(form)
         bulk = {
@@ -274,9 +311,9 @@ async def jobs_bulk(
     form = await _form(request)
     action = (form.pop("action", [""]) or [""])[0]
     raw: dict[str, Any] = {"status": form.get("status", []), "type": form.get("type", [])}
-    for key in ("user", "createdFrom", "createdTo", "finishedFrom", "finishedTo", "error"):
+    for key in _TEXT_FILTERS:
         if form.get(key):
-            raw[key] = form[key][0]
+            raw[key] = form[key][0].strip()
     back = "/admin/jobs?" + urlencode([(k, v) for k, vs in form.items() for v in vs])
     try:
         body = BulkIn.model_validate({"action": action, "filter": raw})
