@@ -40,6 +40,10 @@ GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 TOKENS = "services/api/src/san_api/auth/tokens.py"
+STREAM_SLOTS = "services/api/src/san_api/job_events/slots.py"
+JOB_EVENTS_ENDPOINT = "services/api/src/san_api/job_events/endpoints.py"
+CSRF = "services/api/src/san_api/admin/csrf.py"
+GITHUB_ENDPOINTS = "services/api/src/san_api/github/endpoints.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
@@ -904,6 +908,51 @@ MUTATIONS = (
         (
             "tests/api/test_error_summaries.py::test_no_user_facing_answer_shows_the_upstream"
             "_text_and_the_operator_sees_it_redacted",
+        ),
+    ),
+    Mutation(
+        "event-streams-uncapped-per-user",
+        "one user may open as many event streams as the process allows",
+        (Edit(STREAM_SLOTS, "if self._by_user[user_id] >= self.per_user:", "if False:"),),
+        (
+            "tests/api/test_job_event_limits.py::test_one_user_flooding_streams_is_capped_and"
+            "_others_and_probes_are_served",
+        ),
+    ),
+    Mutation(
+        "event-streams-live-forever",
+        "a stream of an unfinished job is never ended by the server",
+        (Edit(JOB_EVENTS_ENDPOINT, "            if wait <= 0:\n", "            if False:\n"),),
+        (
+            "tests/api/test_job_event_limits.py::test_a_stream_past_its_lifetime_is_closed_and"
+            "_resuming_loses_nothing",
+        ),
+    ),
+    Mutation(
+        "probes-not-exempt-from-the-cap",
+        "beyond the connection cap, the health and readiness probes are refused too",
+        (Edit(COMPAT, "return path not in exempt_paths", "return True"),),
+        (
+            "tests/api/test_edge.py::test_connections_beyond_the_cap_are_refused_with_503_but"
+            "_the_probes_are_answered",
+        ),
+    ),
+    Mutation(
+        "console-csrf-off",
+        "the console accepts unsafe requests with its cookie from any origin",
+        (Edit(CSRF, "return not same_origin(scope, headers)", "return False"),),
+        (
+            "tests/admin/test_csrf.py::test_a_cross_origin_form_post_to_every_unsafe_admin_route"
+            "_is_403_and_changes_nothing",
+        ),
+    ),
+    Mutation(
+        "github-routes-unlimited",
+        "PUT /me/github calls GitHub on every request, however many",
+        (Edit(GITHUB_ENDPOINTS, '    dependencies=upstream_limit("github-link"),\n', ""),),
+        (
+            "tests/github/test_upstream_limits.py::test_sixty_token_links_in_ten_seconds_reach"
+            "_github_at_most_the_burst",
         ),
     ),
     Mutation(
