@@ -111,6 +111,22 @@ class TooManyActiveJobs(AppError):
     )
 
 
+class TooManyStreams(AppError):
+    code, status, title = (
+        "TOO_MANY_STREAMS",
+        429,
+        "Too many of your event streams are open; close one or retry later",
+    )
+
+
+class StreamsBusy(AppError):
+    code, status, title = (
+        "STREAMS_BUSY",
+        503,
+        "This server holds as many event streams as it may; retry later",
+    )
+
+
 class DateInFuture(AppError):
     code, status, title = "DATE_IN_FUTURE", 400, "The date is after today in the user's time zone"
 

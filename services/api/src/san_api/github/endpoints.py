@@ -25,7 +25,7 @@ from san_api.github.schemas import (
     StarRecommendationList,
     StarRecommendationView,
 )
-from san_api.limits.dependencies import job_limits
+from san_api.limits.dependencies import job_limits, upstream_limit
 from san_api.openapi import problems
 from san_common.jobs.types import JobType
 from san_common.models import GithubAccount, GithubRepository, TilGithubCommit
@@ -36,6 +36,7 @@ router = APIRouter(tags=["github"])
 @router.put(
     "/me/github",
     response_model=GithubAccountView,
+    dependencies=upstream_limit("github-link"),
     responses=problems(errors.GithubTokenRejected, errors.GithubUnavailable, errors.GithubFailed),
 )
 async def link_github(
@@ -62,6 +63,7 @@ async def unlink_github(user: CurrentUser, session: SessionDep) -> Response:
 @router.get(
     "/me/github/oauth/authorize",
     response_model=OAuthStart,
+    dependencies=upstream_limit("github-oauth-authorize"),
     responses=problems(errors.OAuthNotConfigured),
 )
 async def start_oauth(
@@ -91,6 +93,7 @@ async def oauth_callback(
 @router.post(
     "/me/github/oauth/complete",
     response_model=GithubAccountView,
+    dependencies=upstream_limit("github-oauth-complete"),
     responses=problems(
         errors.OAuthStateInvalid,
         errors.OAuthStateNotYours,
@@ -118,6 +121,7 @@ async def complete_oauth(
     "/me/github/repositories",
     status_code=status.HTTP_201_CREATED,
     response_model=RepositoryView,
+    dependencies=upstream_limit("github-repositories"),
     responses=problems(
         errors.GithubNotLinked,
         errors.GithubRepositoryNotFound,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,16 +41,34 @@ from san_api.settings import ApiSettings
 from san_common.usage import budgets, ledger
 
 
-class RateLimit:
-    """A token bucket: `RATE_LIMIT_JOBS_PER_MINUTE` refill, `RATE_LIMIT_JOBS_BURST` size."""
+@dataclass(frozen=True)
+class BucketSize:
+    burst: int
+    per_minute: float
 
-    def __init__(self, bucket: str) -> None:
-        self.bucket = bucket
+
+def jobs_bucket(settings: ApiSettings) -> BucketSize:
+    return BucketSize(settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute)
+
+
+def github_bucket(settings: ApiSettings) -> BucketSize:
+    return BucketSize(settings.rate_limit_github_burst, settings.rate_limit_github_per_minute)
+
+
+class RateLimit:
+    """A token bucket per user and `bucket`, sized by `size`: by default the job-creating
+    endpoints' (`RATE_LIMIT_JOBS_BURST`, `RATE_LIMIT_JOBS_PER_MINUTE`)."""
+
+    def __init__(
+        self, bucket: str, size: Callable[[ApiSettings], BucketSize] = jobs_bucket
+    ) -> None:
+        self.bucket, self.size = bucket, size
 
     async def __call__(self, request: Request, subject: SubjectDep, settings: SettingsDep) -> None:
         if not settings.rate_limit_enabled:
             return
-        burst, per_second = settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute / 60
+        size = self.size(settings)
+        burst, per_second = size.burst, size.per_minute / 60
         async with pooled_connection(request) as connection:
             left = await repository.take_token(
                 connection, subject, self.bucket, burst=burst, per_second=per_second
@@ -62,7 +80,7 @@ class RateLimit:
             )
         wait = max(1, math.ceil((1 - level) / per_second)) if per_second > 0 else 3600
         raise RateLimited(
-            f"at most {burst} requests at once and {settings.rate_limit_jobs_per_minute:g} per"
+            f"at most {burst} requests at once and {size.per_minute:g} per"
             f" minute to this endpoint; retry in {wait} s",
             headers={"Retry-After": str(wait)},
             retryAfterSeconds=wait,
@@ -119,6 +137,12 @@ class ActiveJobQuota(JobQuota):
             active = await repository.count_active_jobs(session, user.user_id)
             self.refuse_beyond_cap(active, settings)
         await self.refuse_over_budget(session, user.user_id, settings)
+
+
+def upstream_limit(bucket: str) -> list[Any]:
+    """The route dependency of an endpoint that calls GitHub or stores state per request:
+    `RATE_LIMIT_GITHUB_BURST` at once, `RATE_LIMIT_GITHUB_PER_MINUTE` refill, per user."""
+    return [Depends(RateLimit(bucket, github_bucket))]
 
 
 def job_limits(bucket: str, *, jobs: int = 1, ai_jobs: Sequence[str] = ()) -> list[Any]:
