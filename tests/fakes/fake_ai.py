@@ -71,6 +71,7 @@ class FakeAiServer(LoopbackServer):
         self._windows: dict[str, list[float]] = {}  # model → [start, requests, tokens]
         self.answered_at: list[float] = []  # time.monotonic() of each 200 within the limits
         self.limited = 0  # 429s sent because a limit was spent
+        self.window_starts: list[float] = []  # time.monotonic() each window opened
         super().__init__(_Handler)
 
     def enforce_limits(self, *, requests: int, tokens: int, window: float) -> None:
@@ -90,6 +91,7 @@ class FakeAiServer(LoopbackServer):
             state = self._windows.get(model)
             if state is None or now >= state[0] + window:
                 state = self._windows[model] = [now, 0.0, 0.0]
+                self.window_starts.append(now)
             admitted = state[1] < requests and state[2] < tokens
             if admitted:
                 state[1] += 1

@@ -1109,7 +1109,7 @@ MUTATIONS = (
             Edit(
                 QUOTAS,
                 'return f"ai {base_url} {model}"',
-                'return f"ai {base_url} {model} {__import__(\'os\').getpid()}"',
+                "return f\"ai {base_url} {model} {__import__('os').getpid()}\"",
             ),
         ),
         (AI_QUOTA,),

@@ -67,8 +67,12 @@ async def test_two_workers_share_the_ai_quota_without_429s_or_spent_tries(
     tokens_per_call = sum(usage.values()) / max(1, len(answered))
     # The limit that binds: requests, or tokens at the calls' average size.
     limit_per_minute = min(REQUESTS_PER_MINUTE, TOKENS_PER_MINUTE / tokens_per_call)
-    span = answered[-1] - answered[0] if len(answered) > 1 else 0.0
-    rate = (len(answered) - 1) / span * 60 if span else 0.0
+    # The rate from the first call until the last window opened: the windows before it,
+    # with the idle time between them (a window opens at its first call).
+    last_window = stack.ai.window_starts[-1]
+    before_last = sum(1 for at in answered if at < last_window)
+    span = last_window - answered[0]
+    rate = before_last / span * 60 if span > 0 else 0.0
     figures = (
         f"quotas {quotas}: {JOBS} jobs, window {WINDOW:.0f}s, {counts}, {calls} calls, "
         f"{stack.ai.limited} 429s ({stack.ai.limited / max(1, calls):.1%}), "
