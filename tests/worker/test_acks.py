@@ -86,7 +86,7 @@ async def test_acks_asked_together_each_settle_their_own_delivery_only(
     await channel.set_qos(prefetch_count=10)
     queue = await channel.declare_queue(queue_name, passive=True)
     messages = await _deliveries(queue, len(bodies))
-    deliveries = [AmqpDelivery(m, channel.default_exchange, "test") for m in messages]
+    deliveries = [AmqpDelivery(m, channel.default_exchange, "test", queue_name) for m in messages]
 
     # the later deliveries finish together while the first two still run: an ack of a
     # later tag must not settle the earlier ones (`multiple` would)
@@ -104,7 +104,7 @@ async def test_an_ack_on_a_closed_channel_fails_and_the_broker_redelivers(
     channel = await connection.channel()
     queue = await channel.declare_queue(queue_name, passive=True)
     (message,) = await _deliveries(queue, 1)
-    delivery = AmqpDelivery(message, channel.default_exchange, "test")
+    delivery = AmqpDelivery(message, channel.default_exchange, "test", queue_name)
     await channel.close()
 
     with pytest.raises(ChannelInvalidStateError):
