@@ -68,7 +68,7 @@ class Service:
     @property
     def env_used(self) -> frozenset[str]:
         """The variables whose setting the service's own code reads (`settings.x`): a field
-        inherited from ServiceSettings but never used (AMQP_URL in recovery) is not here."""
+        inherited from ServiceSettings but never used is not here."""
         code = "\n".join(p.read_text() for source in self.sources for p in _python_files(source))
         attributes = set(re.findall(r"settings\.(\w+)", code))
         # Shared settings classes of san_common read their fields in methods the service

@@ -76,6 +76,7 @@ class FaultStack:
 
 
 _MODULES = {
+    "api": "san_api.main",
     "relay": "san_relay.main",
     "ai-worker": "san_ai_worker.main",
     "recovery": "san_recovery.main",

@@ -40,6 +40,10 @@ GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 TOKENS = "services/api/src/san_api/auth/tokens.py"
+STREAM_SLOTS = "services/api/src/san_api/job_events/slots.py"
+JOB_EVENTS_ENDPOINT = "services/api/src/san_api/job_events/endpoints.py"
+CSRF = "services/api/src/san_api/admin/csrf.py"
+GITHUB_ENDPOINTS = "services/api/src/san_api/github/endpoints.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
@@ -60,6 +64,10 @@ JOB_EVENTS = "libs/common/src/san_common/db/migrations/versions/0009_job_events_
 TIMEOUTS = "tests/worker/test_database_timeouts.py"
 PARTITIONS = "tests/faults/test_partitions.py"
 CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
+STRANDED = "services/recovery/src/san_recovery/stranded.py"
+STRANDED_TESTS = "tests/faults/test_stranded.py"
+MAINTENANCE_TESTS = "tests/recovery/test_maintenance.py"
+OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
@@ -815,6 +823,42 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "stranded-republish-removed",
+        "the stranded-message check re-publishes nothing (a purged job waits for the ghost sweep)",
+        (
+            Edit(
+                STRANDED,
+                "jobs = await repository.mark_republished(session, confirmed, NOTE)",
+                "jobs = await repository.mark_republished(session, {}, NOTE)",
+            ),
+        ),
+        (
+            f"{STRANDED_TESTS}::test_purged_queues_are_healed_without_repeating_a_call",
+            f"{MAINTENANCE_TESTS}::test_purged_messages_are_republished_once_on_the_second_sighting",
+        ),
+    ),
+    Mutation(
+        "stranded-first-sighting",
+        "the stranded check re-publishes what it suspects at once (deliveries waiting in a "
+        "worker's buffer too)",
+        (
+            Edit(
+                STRANDED,
+                "confirmed = {j: at for j, at in suspects.items() if before.get(j) == at}",
+                "confirmed = dict(suspects)",
+            ),
+        ),
+        (f"{MAINTENANCE_TESTS}::test_purged_messages_are_republished_once_on_the_second_sighting",),
+    ),
+    Mutation(
+        "outage-warned-every-time",
+        "every failed call of an outage logs its own WARNING",
+        (Edit(OUTAGES, "        if self._since is None:\n", "        if True:\n"),),
+        (
+            "tests/faults/test_outage_logs.py::test_an_outage_is_one_warning_and_one_info_per_service",
+        ),
+    ),
+    Mutation(
         "superseded-retried",
         "an operator's retry runs a FAILED job that a newer job of its target superseded",
         (Edit(LIFECYCLE, "      AND NOT {_NEWER}\n", ""),),
@@ -862,6 +906,51 @@ MUTATIONS = (
         (
             "tests/api/test_error_summaries.py::test_no_user_facing_answer_shows_the_upstream"
             "_text_and_the_operator_sees_it_redacted",
+        ),
+    ),
+    Mutation(
+        "event-streams-uncapped-per-user",
+        "one user may open as many event streams as the process allows",
+        (Edit(STREAM_SLOTS, "if self._by_user[user_id] >= self.per_user:", "if False:"),),
+        (
+            "tests/api/test_job_event_limits.py::test_one_user_flooding_streams_is_capped_and"
+            "_others_and_probes_are_served",
+        ),
+    ),
+    Mutation(
+        "event-streams-live-forever",
+        "a stream of an unfinished job is never ended by the server",
+        (Edit(JOB_EVENTS_ENDPOINT, "            if wait <= 0:\n", "            if False:\n"),),
+        (
+            "tests/api/test_job_event_limits.py::test_a_stream_past_its_lifetime_is_closed_and"
+            "_resuming_loses_nothing",
+        ),
+    ),
+    Mutation(
+        "probes-not-exempt-from-the-cap",
+        "beyond the connection cap, the health and readiness probes are refused too",
+        (Edit(COMPAT, "return path not in exempt_paths", "return True"),),
+        (
+            "tests/api/test_edge.py::test_connections_beyond_the_cap_are_refused_with_503_but"
+            "_the_probes_are_answered",
+        ),
+    ),
+    Mutation(
+        "console-csrf-off",
+        "the console accepts unsafe requests with its cookie from any origin",
+        (Edit(CSRF, "return not same_origin(scope, headers)", "return False"),),
+        (
+            "tests/admin/test_csrf.py::test_a_cross_origin_form_post_to_every_unsafe_admin_route"
+            "_is_403_and_changes_nothing",
+        ),
+    ),
+    Mutation(
+        "github-routes-unlimited",
+        "PUT /me/github calls GitHub on every request, however many",
+        (Edit(GITHUB_ENDPOINTS, '    dependencies=upstream_limit("github-link"),\n', ""),),
+        (
+            "tests/github/test_upstream_limits.py::test_sixty_token_links_in_ten_seconds_reach"
+            "_github_at_most_the_burst",
         ),
     ),
     Mutation(
@@ -944,6 +1033,58 @@ MUTATIONS = (
             ),
         ),
         ("tests/deploy/test_kubernetes.py::test_keda_scales_each_worker_on_exactly_its_queues",),
+    ),
+    Mutation(
+        "own-jobs-of-everyone",
+        "`GET /async-jobs` lists every user's jobs (the owner filter dropped)",
+        (
+            Edit(
+                "services/api/src/san_api/jobs/repository.py",
+                "query = select(AsyncJob).where(AsyncJob.user_id == user_id)",
+                "query = select(AsyncJob)",
+            ),
+        ),
+        ("tests/api/test_own_jobs.py::test_a_user_lists_their_own_jobs_and_never_anothers",),
+    ),
+    Mutation(
+        "owner-cancels-anyones-job",
+        "`DELETE /async-jobs/{id}` finds the job without its owner",
+        (
+            Edit(
+                "services/api/src/san_api/jobs/endpoints.py",
+                "    job = await jobs.get_for_user(session, jobId, user.user_id)\n"
+                "    if job is None:\n"
+                '        raise NotFound(f"job {jobId} not found")\n'
+                "    if job.status != JobStatus.PENDING.value:",
+                "    job = await session.get(AsyncJob, jobId)\n"
+                "    if job is None:\n"
+                '        raise NotFound(f"job {jobId} not found")\n'
+                "    if job.status != JobStatus.PENDING.value:",
+            ),
+        ),
+        ("tests/api/test_own_jobs.py::test_a_user_cancels_their_own_pending_job_and_only_theirs",),
+    ),
+    Mutation(
+        "started-broker-left-running",
+        "the RabbitMQ `make run` started is not stopped with it",
+        (Edit("dev/local_broker.py", '["rabbitmqctl", "stop"]', '["true"]'),),
+        ("tests/unit/test_local_broker.py::test_a_broker_it_started_is_reported_and_stopped",),
+    ),
+    Mutation(
+        "make-run-port-unchecked",
+        "`make run` starts without checking API_PORT (a second run starts every service)",
+        (
+            Edit(
+                "dev/run_local.py",
+                '        cli.require_free_port("run", "API_PORT", '
+                'env.get("API_HOST", "127.0.0.1"), _api_port(env))\n',
+                "",
+            ),
+        ),
+        (
+            "tests/e2e/test_startup_errors.py"
+            "::test_make_run_on_a_busy_port_fails_fast_with_one_line",
+        ),
     ),
 )
 

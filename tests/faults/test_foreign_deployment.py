@@ -47,12 +47,6 @@ def _foreign_envelope(job_type: str) -> bytes:
     return json.dumps(body).encode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the jobs whose messages the foreign consumer swallowed need the stranded-message"
-    " check (issue 35, build 2), not on main yet; everything after the wait holds (checked"
-    " with the wait removed). Strict: remove this mark once the check lands.",
-)
 async def test_a_foreign_consumer_and_foreign_messages_strand_nothing_and_leave_a_trace(
     stack: FaultStack,
     db: async_sessionmaker[AsyncSession],

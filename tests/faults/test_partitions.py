@@ -177,6 +177,9 @@ async def test_a_recovery_service_whose_connections_go_silent_runs_the_next_swee
             DATABASE_URL=proxy.url,
             RECOVERY_DATABASE_TIMEOUT_SECONDS=str(TIMEOUT),
             RECOVERY_REQUEST_POLL_SECONDS="0.5",
+            # its lease rescuer would take the ghost below back first (same attempt): out
+            # of the way after its first round, so the sweep is what is exercised
+            RECOVERY_RESCUE_SECONDS="3600",
         )
         before = await ask_for_sweeps(db, ["ghost", "failed"])
         assert await _answered(db, before, stack) is True

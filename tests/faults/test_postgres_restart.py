@@ -61,6 +61,7 @@ async def test_postgres_fast_restart_and_killed_connections_lose_no_job(
     stack, db = own_stack, own_db
     await run_sql(own_db_url, KILL_IN_STORE)
     stack.start("relay")
+    stack.start("recovery")  # the maintenance service: its lease rescuer
     worker = stack.start("ai-worker", WORKER_PREFETCH=str(JOBS), WORKER_LEASE_SECONDS="20")
     stack.ai.close_gate()
     seeded = await seed(db, SCRAPS, [JobType.CARD_ANALYSIS, JobType.SCRAP_REFINE], label="pg")

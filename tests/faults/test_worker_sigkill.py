@@ -36,6 +36,7 @@ async def test_a_sigkilled_worker_restarted_a_second_later_finishes_every_job(
 ) -> None:
     worker_env = {"WORKER_PREFETCH": "40", "WORKER_LEASE_SECONDS": LEASE_SECONDS}
     stack.start("relay")
+    stack.start("recovery")  # the maintenance service: its lease rescuer
     doomed = stack.start("ai-worker", **worker_env)
     stack.ai.close_gate()  # every AI call waits: the worker sits inside its jobs
     seeded = await seed(db, SCRAPS, [JobType.CARD_ANALYSIS], label="sigkill")

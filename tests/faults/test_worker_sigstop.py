@@ -58,6 +58,7 @@ async def test_a_paused_workers_jobs_are_taken_over_and_its_late_results_rejecte
     worker_env = {"WORKER_PREFETCH": "20", "WORKER_LEASE_SECONDS": str(LEASE)}
     await run_sql(stack.db_url, COUNT_CARD_STORES)
     stack.start("relay")
+    stack.start("recovery")  # the maintenance service: its lease rescuer
     paused = stack.start("ai-worker", **worker_env)
     stack.ai.close_gate()
     seeded = await seed(db, JOBS, [JobType.CARD_ANALYSIS], label="sigstop")

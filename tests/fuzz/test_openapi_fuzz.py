@@ -62,6 +62,7 @@ def api_url(db_url: str, amqp_url: str, tmp_path_factory: pytest.TempPathFactory
             "DATA_DIR": str(logs / "data"),
             # the limits would turn most generated job-creating requests into 429s
             "RATE_LIMIT_JOBS_BURST": "100000",
+            "RATE_LIMIT_GITHUB_BURST": "100000",
             "ACTIVE_JOBS_MAX_PER_USER": "100000",
         }
         api = start("api", env, logs)

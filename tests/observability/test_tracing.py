@@ -112,10 +112,10 @@ async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
     [request] = [s for s in spans.get_finished_spans() if s.name == "POST /scraps"]
     assert request.kind == SpanKind.SERVER and request.context is not None
     trace_id = request.context.trace_id
-    in_trace = [
+    whole_trace = [
         s for s in spans.get_finished_spans() if s.context and s.context.trace_id == trace_id
     ]
-    by_id = {_hex(s)[0]: s for s in in_trace}
+    in_trace = [s for s in whole_trace if _scope(s) == "san"]  # SAN's own spans
     publishes = [s for s in in_trace if s.kind == SpanKind.PRODUCER]
     consumers = [s for s in in_trace if s.kind == SpanKind.CONSUMER]
     assert sorted(s.name for s in publishes) == ["publish CARD_ANALYSIS", "publish SCRAP_REFINE"]
@@ -123,8 +123,15 @@ async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
     request_id = _hex(request)[0]
     for publish in publishes:  # the outbox row carried the request's context
         assert _hex(publish)[1] == request_id
+    everything = {_hex(s)[0]: s for s in whole_trace}
+
+    def sans_parent(span: ReadableSpan) -> ReadableSpan:
+        """The nearest ancestor of SAN's own (an instrumentation's span may sit between)."""
+        parent = everything[_hex(span)[1]]  # type: ignore[index]
+        return parent if _scope(parent) == "san" else sans_parent(parent)
+
     for consumer in consumers:  # the message headers carried the publish span's context
-        parent = by_id[_hex(consumer)[1]]  # type: ignore[index]
+        parent = sans_parent(consumer)
         assert parent.kind == SpanKind.PRODUCER
         assert parent.name.split()[1] == consumer.name.split()[1]
         assert consumer.attributes is not None and consumer.attributes["san.outcome"] == "completed"
@@ -133,6 +140,23 @@ async def test_one_post_scraps_is_one_trace_through_api_relay_and_worker(
     async with system.app_sessions() as session:  # type: ignore[attr-defined]
         envelopes = (await session.scalars(select(OutboxMessage.body))).all()
     assert {e["traceparent"].split("-")[1] for e in envelopes} == {format(trace_id, "032x")}
+
+    # the libraries' instrumentations add their spans under SAN's: the request's SQL, the
+    # AMQP sends of the publishes, the worker's SQL
+    library = [s for s in whole_trace if _scope(s) != "san"]
+    database = [s for s in library if (s.attributes or {}).get("db.system") == "postgresql"]
+    assert any(_hex(s)[1] == request_id for s in database), "the request's statements"
+    sends = [s for s in library if s.kind == SpanKind.PRODUCER]
+    assert {sans_parent(s).name for s in sends} == {
+        "publish CARD_ANALYSIS",
+        "publish SCRAP_REFINE",
+    }
+    consumer_ids = {_hex(s)[0] for s in consumers}
+    assert any(_hex(s)[1] in consumer_ids for s in database), "the worker's statements"
+
+
+def _scope(span: ReadableSpan) -> str:
+    return span.instrumentation_scope.name if span.instrumentation_scope else ""
 
 
 async def test_the_api_continues_the_callers_trace(

@@ -38,10 +38,9 @@ async def test_jobs_of_a_sigkilled_worker_complete_after_the_ghost_sweep(
         "AI_API_KEY": "k",
         "AI_TIMEOUT_SECONDS": "120",
     }
-    # The relay's lease rescuer heals a SIGKILLed worker's jobs within seconds, under their
-    # own ids (tests/worker/test_rescuer.py); here it stays out of the way after its first
-    # round, so the last resort — the ghost sweep — is what is exercised.
-    stack.env["RELAY_RESCUE_SECONDS"] = "3600"
+    # The maintenance service's lease rescuer heals a SIGKILLed worker's jobs within
+    # seconds, under their own ids; it does not run here (no `san-recovery serve`), so the
+    # last resort — the ghost sweep, run once by hand — is what is exercised.
     stack.start("relay")
     usual_delay = fake_ai.delay_seconds
     fake_ai.delay_seconds = 120.0

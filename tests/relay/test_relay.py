@@ -313,31 +313,6 @@ async def test_unconfirmed_publish_leaves_rows_for_the_next_round(
     assert len(bodies) == 2
 
 
-async def test_cleanup_deletes_only_published_rows_past_retention(
-    fresh_db_url: str,
-    amqp_url: str,
-    topology: Topology,
-    fresh_sessions: async_sessionmaker[AsyncSession],
-) -> None:
-    await register_many(fresh_sessions, 4)
-    async with fresh_sessions() as session, session.begin():
-        ids = list(await session.scalars(select(OutboxMessage.id).order_by(OutboxMessage.id)))
-        # two old published rows, one fresh published row, one unpublished row
-        await session.execute(
-            update(OutboxMessage)
-            .where(OutboxMessage.id.in_(ids[:2]))
-            .values(published_at=func.now() - timedelta(days=3))
-        )
-        await session.execute(
-            update(OutboxMessage).where(OutboxMessage.id == ids[2]).values(published_at=func.now())
-        )
-    relay = make_relay(fresh_db_url, amqp_url, topology, fresh_sessions)
-    assert await relay.clean(timedelta(hours=24)) == 2
-    async with fresh_sessions() as session:
-        remaining = set(await session.scalars(select(OutboxMessage.id)))
-    assert remaining == set(ids[2:])
-
-
 async def _terminate_other_backends(sessions: async_sessionmaker[AsyncSession]) -> int:
     async with sessions() as session, session.begin():
         killed = await session.scalar(

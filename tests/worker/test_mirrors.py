@@ -22,7 +22,7 @@ from san_common.jobs.repository import tries_of
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, DailySummary, User
 from san_common.worker.store import Claim, SqlJobStore
-from san_relay.rescuer import LeaseRescuer
+from san_recovery.rescuer import LeaseRescuer
 
 LEASE = timedelta(seconds=30)
 
@@ -98,7 +98,7 @@ async def test_the_target_row_follows_its_job_through_every_path(
             .where(AsyncJob.job_id == job.job_id)
             .values(lease_expires_at=func.now() - timedelta(seconds=1))
         )
-    assert await LeaseRescuer(db, interval_seconds=1, batch_size=10).rescue_once() == 1
+    assert await LeaseRescuer(db, batch_size=10).rescue_once() == 1
     assert await status() == "PENDING"
     assert not await store.fail(claim, "late", "late")  # the lost try is fenced out
     assert await status() == "PENDING"

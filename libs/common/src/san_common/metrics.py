@@ -70,6 +70,12 @@ RECOVERY_SWEEP_RUNS = Counter(
 RECOVERY_LAST_SUCCESS = Gauge(
     "san_recovery_last_success_timestamp_seconds", "When a sweep last ran to the end", ["sweep"]
 )
+# The maintenance service's stranded-message check (services/recovery/.../stranded.py).
+STRANDED_REPUBLISHED = Counter(
+    "san_stranded_republished_total",
+    "PENDING jobs whose message was missing from their queue, re-published",
+    ["job_type"],
+)
 
 JOB_OUTCOMES = ("completed", "failed", "lease_lost")
 DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable", "foreign", "unknown-job")
@@ -87,3 +93,12 @@ def init_worker_series(job_types: Iterable[str]) -> None:
         JOB_QUEUE_WAIT.labels(job_type)
     for reason in DEAD_LETTER_REASONS:
         MESSAGES_DEAD_LETTERED.labels(reason)
+
+
+# The AI usage ledger (san_common.usage): what the calls of each model and job type cost.
+AI_TOKENS = Counter(
+    "san_ai_tokens_total", "Tokens of answered AI calls", ["model", "job_type", "kind"]
+)
+AI_COST = Counter(
+    "san_ai_cost_usd_total", "Cost of answered AI calls (AI_PRICES)", ["model", "job_type"]
+)

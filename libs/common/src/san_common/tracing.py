@@ -16,6 +16,7 @@ can switch tracing on and off again, which the global provider does not allow.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,8 +62,11 @@ def configure_tracing(
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-    except ImportError:  # the SDK is a dependency; a trimmed image may still lack it
-        log.warning("tracing requested but the OpenTelemetry SDK is not installed; tracing off")
+    except ImportError:  # the `tracing` extra is not installed (`make run` leaves it out)
+        log.warning(
+            "tracing requested but not installed (the `tracing` extra: "
+            "uv sync --extra tracing, or the images); tracing off"
+        )
         return False
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -73,8 +77,37 @@ def configure_tracing(
     processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
     provider.add_span_processor(processor)
     _provider, _tracer = provider, provider.get_tracer("san")
+    _instrument(provider)
     log.info("tracing on")
     return True
+
+
+# The libraries' own instrumentations, under SAN's spans: every PostgreSQL statement
+# (asyncpg), every outgoing HTTP call (httpx: the AI server, GitHub) and every AMQP publish
+# and delivery (aio-pika). The API's server span and the relay's and worker's job spans
+# stay SAN's own (`span` below): they carry the job's ids and its trace through the outbox.
+_INSTRUMENTATIONS = (
+    ("opentelemetry.instrumentation.asyncpg", "AsyncPGInstrumentor"),
+    ("opentelemetry.instrumentation.httpx", "HTTPXClientInstrumentor"),
+    ("opentelemetry.instrumentation.aio_pika", "AioPikaInstrumentor"),
+)
+_instrumented: list[Any] = []
+
+
+def _instrument(provider: TracerProvider) -> None:
+    for module, name in _INSTRUMENTATIONS:
+        try:
+            instrumentor = getattr(importlib.import_module(module), name)()
+        except ImportError:  # the `tracing` extra without this one: SAN's spans only
+            log.warning("tracing without %s: not installed", module)
+            continue
+        instrumentor.instrument(tracer_provider=provider)
+        _instrumented.append(instrumentor)
+
+
+def _uninstrument() -> None:
+    while _instrumented:
+        _instrumented.pop().uninstrument()
 
 
 def enabled() -> bool:
@@ -85,6 +118,7 @@ def shutdown_tracing() -> None:
     """Flush pending spans and switch tracing off."""
     global _provider, _tracer
     provider, _provider, _tracer = _provider, None, trace.NoOpTracer()
+    _uninstrument()
     if provider is not None:
         provider.shutdown()
 

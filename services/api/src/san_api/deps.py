@@ -5,6 +5,7 @@ API's asyncpg pool, for the hot write path that runs no ORM session (`POST /scra
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,13 +23,18 @@ from san_api.errors import AppError, DatabaseConnectionLost, Unauthorized, datab
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
 from san_api.users.cache import ProvisionedUsers
+from san_common.outages import DATABASE
 
 
 @asynccontextmanager
 async def _committed_or_rolled_back(
-    commit: Callable[[], Awaitable[None]], rollback: Callable[[], Awaitable[None]]
+    commit: Callable[[], Awaitable[None]],
+    rollback: Callable[[], Awaitable[None]],
+    used: Callable[[], bool] = lambda: True,
 ) -> AsyncIterator[None]:
-    """Commit when the block ends, roll back when it raises."""
+    """Commit when the block ends, roll back when it raises. A commit of a transaction that
+    talked to the database (`used`) may end a database outage (`san_common.outages`)."""
+    began = time.monotonic()
     try:
         yield
     except AppError as exc:
@@ -38,13 +44,16 @@ async def _committed_or_rolled_back(
     except BaseException:
         await rollback()
         raise
+    talked = used()
     await commit()
+    if talked:
+        DATABASE.answered(began)
 
 
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     async with (
         request.app.state.sessions() as session,
-        _committed_or_rolled_back(session.commit, session.rollback),
+        _committed_or_rolled_back(session.commit, session.rollback, session.in_transaction),
     ):
         yield session
 

@@ -1,6 +1,8 @@
-"""`san-recovery`: the recovery sweeps and the daily TIL batch.
+"""`san-recovery`: the maintenance service — lease rescue, the stranded-message check,
+outbox cleanup, the recovery sweeps and the daily TIL batch (docs/architecture.md,
+"Maintenance").
 
-    san-recovery                 # = serve: run the sweeps on their schedules (make run)
+    san-recovery                 # = serve: run every task on its schedule (make run)
     san-recovery serve
     san-recovery run SWEEP... [--json]   # once, e.g. from a Kubernetes CronJob
 
@@ -18,16 +20,24 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
 from san_common import cli, probes
+from san_common.broker.depths import QueueDepths
+from san_common.broker.topology import Topology
 from san_common.db.engine import create_session_factory
 from san_common.dependencies import require_database
 from san_common.logs import configure_service_logging
 from san_common.probes import Readiness
 from san_common.process import serve
 from san_common.settings import load_settings
+from san_recovery import outbox_cleanup, request_state
+from san_recovery.maintenance import Task, run_tasks
+from san_recovery.rescuer import LeaseRescuer
 from san_recovery.runner import run_requested, run_sweeps
-from san_recovery.scheduler import Plan, Scheduler, wait_for_stop
+from san_recovery.scheduler import Plan, Scheduler
 from san_recovery.settings import RecoverySettings
+from san_recovery.stranded import StrandedCheck
 from san_recovery.sweeps import ALL, DAILY, PERIODIC, Sweep
 
 PROG = "san-recovery"
@@ -68,11 +78,51 @@ async def run_once(settings: RecoverySettings, sweeps: Sequence[Sweep], *, as_js
     return 0 if ok else 1
 
 
+def tasks(
+    settings: RecoverySettings,
+    sessions: async_sessionmaker[AsyncSession],
+    depths: QueueDepths,
+    stop: asyncio.Event,
+) -> list[Task]:
+    """The periodic tasks, each with its interval (the sweeps run on their cron plans)."""
+    policy = settings.policy()
+    stale_after = timedelta(seconds=settings.recovery_request_stale_seconds)
+    rescuer = LeaseRescuer(sessions, batch_size=settings.recovery_rescue_batch_size)
+    stranded = StrandedCheck(
+        sessions,
+        depths,
+        Topology(settings.amqp_prefix),
+        grace=timedelta(seconds=settings.recovery_stranded_grace_seconds),
+    )
+    retention = timedelta(hours=settings.outbox_retention_hours)
+
+    async def requests() -> None:
+        """Operators' "run now" (admin API), every one waiting."""
+        while await run_requested(sessions, policy=policy, stop=stop, stale_after=stale_after):
+            pass
+
+    return [
+        Task("lease rescue", settings.recovery_rescue_seconds, rescuer.run_once),
+        Task("stranded-message check", settings.recovery_stranded_seconds, stranded.run_once),
+        Task("operators' sweep requests", settings.recovery_request_poll_seconds, requests),
+        Task(
+            "outbox cleanup",
+            settings.outbox_cleanup_interval_seconds,
+            lambda: outbox_cleanup.clean(sessions, retention),
+        ),
+        Task(
+            "request-state cleanup",
+            settings.recovery_request_state_cleanup_seconds,
+            lambda: request_state.clean(sessions),
+        ),
+    ]
+
+
 async def run_scheduler(settings: RecoverySettings) -> None:
     engine = settings.database_engine()
     sessions = create_session_factory(engine)
+    depths = QueueDepths(settings.amqp_url)
     policy = settings.policy()
-    stale_after = timedelta(seconds=settings.recovery_request_stale_seconds)
     plans = [
         Plan(settings.recovery_schedule, PERIODIC),
         Plan(settings.recovery_til_schedule, DAILY),
@@ -83,27 +133,16 @@ async def run_scheduler(settings: RecoverySettings) -> None:
             # Not the scheduled time: each sweep reads the clock when it starts.
             await run_sweeps(sessions, sweeps, policy=policy, stop=stop)
 
-        await asyncio.gather(Scheduler(plans, run).run(stop), serve_requests(stop))
-
-    async def serve_requests(stop: asyncio.Event) -> None:
-        """Operators' "run now" (admin API), read every few seconds."""
-        while not stop.is_set():
-            try:
-                while (
-                    await run_requested(sessions, policy=policy, stop=stop, stale_after=stale_after)
-                    is not None
-                ):
-                    pass
-            except Exception:  # the database is down: the next poll tries again
-                log.exception("could not read the operators' sweep requests")
-            if await wait_for_stop(stop, settings.recovery_request_poll_seconds):
-                return
+        periodic = tasks(settings, sessions, depths, stop)
+        await asyncio.gather(Scheduler(plans, run).run(stop), run_tasks(periodic, stop))
 
     try:
         await require_database(PROG, engine, settings.database_url)
-        # Recovery needs only the database: it publishes through the outbox, never the broker.
+        # It reads the queues' depths from the broker, and publishes only through the
+        # outbox: without the broker the stranded check waits, everything else runs.
         await serve(settings, work, Readiness({"database": probes.database(engine)}))
     finally:
+        await depths.close()
         await engine.dispose()
 
 

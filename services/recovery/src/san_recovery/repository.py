@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 
 from sqlalchemy import (
+    ColumnElement,
     Executable,
     and_,
     delete,
@@ -28,7 +30,9 @@ from san_common.jobs import registry
 from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AsyncJob,
+    GithubOAuthState,
     OutboxMessage,
+    RateLimitBucket,
     Scrap,
     SweepRequest,
     SweepRun,
@@ -426,3 +430,152 @@ async def give_back_request(session: AsyncSession, request_id: int, attempt: int
     attempt stays counted: `attempts` is the fencing token, and a token used once is never
     handed out again."""
     return await _update_held(session, request_id, attempt, started_at=None, heartbeat_at=None)
+
+
+# -- maintenance: stranded messages, outbox cleanup ----------------------------------------
+
+
+async def try_task_lock(session: AsyncSession, task: str) -> bool:
+    """`try_sweep_lock` for a maintenance task (one queue's stranded check, the cleanup)."""
+    return await try_sweep_lock(session, f"task:{task}")
+
+
+async def unpublished_messages(
+    session: AsyncSession, job_types: Sequence[str], grace: timedelta
+) -> tuple[datetime, int]:
+    """The database's clock minus `grace` (the stranded check's cutoff), and how many
+    messages of these job types are due by then but still in the outbox: their jobs wait
+    for the relay, not for a lost message."""
+    cutoff = (await session.execute(select(func.now() - grace))).scalar_one()
+    count = await session.scalar(
+        select(func.count())
+        .select_from(OutboxMessage)
+        .where(
+            OutboxMessage.published_at.is_(None),
+            OutboxMessage.available_at < cutoff,
+            OutboxMessage.routing_key.in_(list(job_types)),
+        )
+    )
+    return cutoff, int(count or 0)
+
+
+# Since when a PENDING job has been waiting for a delivery: it became PENDING (registered,
+# retried, rescued, released, re-published: each sets `updated_at`), or its next try fell
+# due. Its message was published about then.
+_WAITING_SINCE = func.greatest(AsyncJob.updated_at, AsyncJob.next_attempt_at)
+
+
+def _waiting(job_types: Sequence[str], cutoff: datetime) -> list[ColumnElement[bool]]:
+    return [
+        AsyncJob.status == _PENDING,
+        AsyncJob.job_type.in_(list(job_types)),
+        _WAITING_SINCE < cutoff,
+    ]
+
+
+async def count_waiting(session: AsyncSession, job_types: Sequence[str], cutoff: datetime) -> int:
+    """PENDING jobs of these types that have been waiting for a delivery since before
+    `cutoff`."""
+    count = await session.scalar(
+        select(func.count()).select_from(AsyncJob).where(*_waiting(job_types, cutoff))
+    )
+    return int(count or 0)
+
+
+async def longest_waiting(
+    session: AsyncSession, job_types: Sequence[str], cutoff: datetime, limit: int
+) -> dict[uuid.UUID, datetime]:
+    """The `limit` jobs of `count_waiting` that have waited longest, with their
+    `updated_at` (which a re-publication changes: the check's fence)."""
+    rows = await session.execute(
+        select(AsyncJob.job_id, AsyncJob.updated_at)
+        .where(*_waiting(job_types, cutoff))
+        .order_by(_WAITING_SINCE, AsyncJob.job_id)
+        .limit(limit)
+    )
+    return {job_id: updated_at for job_id, updated_at in rows}
+
+
+_REPUBLISH = text("""
+UPDATE async_jobs AS j SET last_error = :note, updated_at = now()
+FROM (
+    SELECT c.job_id FROM async_jobs AS c
+    JOIN unnest(CAST(:ids AS uuid[]), CAST(:seen AS timestamptz[])) AS s(job_id, updated_at)
+        ON s.job_id = c.job_id AND s.updated_at = c.updated_at
+    WHERE c.status = 'PENDING'
+    FOR UPDATE OF c SKIP LOCKED
+) AS unchanged
+WHERE j.job_id = unchanged.job_id
+RETURNING j.*
+""")
+
+
+async def mark_republished(
+    session: AsyncSession, seen: Mapping[uuid.UUID, datetime], note: str
+) -> list[AsyncJob]:
+    """The jobs of `seen` still PENDING and unchanged since they were seen (same
+    `updated_at`), now with `note` as their `last_error` and `updated_at` now: the caller
+    adds their new messages. Skips a job a worker or another replica holds this moment."""
+    if not seen:
+        return []
+    ids = list(seen)
+    statement = _REPUBLISH.bindparams(
+        ids=ids, seen=[seen[i] for i in ids], note=note[:MAX_ERROR_MESSAGE]
+    )
+    jobs = await session.scalars(
+        select(AsyncJob).from_statement(statement).execution_options(populate_existing=True)
+    )
+    return list(jobs)
+
+
+async def delete_published_before(session: AsyncSession, retention: timedelta, limit: int) -> int:
+    """Up to `limit` outbox rows published more than `retention` ago."""
+    doomed = (
+        select(OutboxMessage.id)
+        .where(OutboxMessage.published_at < func.now() - retention)
+        .limit(limit)
+        .scalar_subquery()
+    )
+    result = await session.execute(delete(OutboxMessage).where(OutboxMessage.id.in_(doomed)))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# -- per-request state of the API ---------------------------------------------------------------
+
+
+async def prune_idle_buckets(session: AsyncSession, *, idle_before: datetime, limit: int) -> int:
+    """Delete up to `limit` rate-limit buckets last taken before `idle_before`."""
+    doomed = (
+        select(RateLimitBucket.subject, RateLimitBucket.bucket)
+        .where(RateLimitBucket.updated_at < idle_before)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(RateLimitBucket).where(
+            tuple_(RateLimitBucket.subject, RateLimitBucket.bucket).in_(
+                select(doomed.c.subject, doomed.c.bucket)
+            ),
+            RateLimitBucket.updated_at < idle_before,
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def prune_spent_oauth_states(session: AsyncSession, *, now: datetime, limit: int) -> int:
+    """Delete up to `limit` OAuth states that can never be accepted again: used or expired."""
+    spent = (GithubOAuthState.used_at.is_not(None)) | (GithubOAuthState.expires_at <= now)
+    doomed = (
+        select(GithubOAuthState.state_hash)
+        .where(spent)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(GithubOAuthState).where(
+            GithubOAuthState.state_hash.in_(select(doomed.c.state_hash)), spent
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]

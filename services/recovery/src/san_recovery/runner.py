@@ -13,7 +13,8 @@ from enum import StrEnum
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics
-from san_common.errors import cause_chain
+from san_common.errors import cause_chain, is_connection_loss
+from san_common.outages import DATABASE
 from san_recovery import repository
 from san_recovery.policy import Policy
 from san_recovery.sweeps import ALL, SWEEPS, Sweep
@@ -112,7 +113,10 @@ async def run_sweep(
     except Exception as exc:  # a run reports its failure; the scheduler and `run all` go on
         report.status = RunStatus.ERROR
         report.error = cause_chain(exc)
-        log.exception("sweep failed", extra={"fields": {"sweep": sweep.value}})
+        if is_connection_loss(exc):
+            DATABASE.lost(exc, f"sweep {sweep.value}")
+        else:
+            log.exception("sweep failed", extra={"fields": {"sweep": sweep.value}})
     report.seconds = time.monotonic() - started
     _record(report)
     await _remember(sessions, report, started_at, trigger, request_id)
@@ -144,10 +148,13 @@ async def _remember(
                 error=report.error,
                 request_id=request_id,
             )
-    except Exception:
-        log.exception(
-            "could not record the sweep run", extra={"fields": {"sweep": report.sweep.value}}
-        )
+    except Exception as exc:
+        if is_connection_loss(exc):
+            DATABASE.lost(exc, "recording a sweep run")
+        else:
+            log.exception(
+                "could not record the sweep run", extra={"fields": {"sweep": report.sweep.value}}
+            )
 
 
 async def run_sweeps(
@@ -243,8 +250,11 @@ async def _beat(
             async with sessions() as session, session.begin():
                 if not await repository.beat_request(session, request_id, attempt):
                     return  # taken again (this process stalled): its finish is fenced out
-        except Exception:  # the next beat tries again; the run itself reports its errors
-            log.warning("could not beat the sweep request's heartbeat", exc_info=True)
+        except Exception as exc:  # the next beat tries again; the run reports its errors
+            if is_connection_loss(exc):
+                DATABASE.lost(exc, "beating a sweep request's heartbeat")
+            else:
+                log.warning("could not beat the sweep request's heartbeat", exc_info=True)
 
 
 def _record(report: SweepReport) -> None:

@@ -13,10 +13,10 @@ from san_recovery.policy import Policy
 
 
 class RecoverySettings(ServiceSettings):
-    """Thresholds and schedules of the recovery sweeps (docs/reference/job-rules.md §2.7); see
-    docs/recovery.md."""
+    """The maintenance service: the intervals of its tasks, the thresholds and schedules
+    of the recovery sweeps; see docs/architecture.md ("Maintenance") and docs/recovery.md."""
 
-    reported_prefixes: ClassVar[tuple[str, ...]] = ("RECOVERY_",)
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("RECOVERY_", "OUTBOX_")
 
     service_name: str = "recovery"
     recovery_schedule: str = Field(
@@ -55,6 +55,36 @@ class RecoverySettings(ServiceSettings):
         le=3600,
         description="A 'run now' request whose process stopped beating for this long is run again",
     )
+    recovery_rescue_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often the lease rescuer looks for PROCESSING jobs whose lease expired",
+    )
+    recovery_rescue_batch_size: int = Field(default=500, ge=1, le=10_000)
+    recovery_stranded_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=60,
+        description="How often each job queue is checked for PENDING jobs without a message",
+    )
+    recovery_stranded_grace_seconds: float = Field(
+        default=10.0,
+        ge=1,
+        le=300,
+        description=(
+            "How long a PENDING job waits for its delivery before the stranded check looks "
+            "at it (the relay's lag; a re-published job waits this long again)"
+        ),
+    )
+    outbox_retention_hours: float = Field(
+        default=24.0, ge=0, description="Published outbox rows are deleted after this"
+    )
+    outbox_cleanup_interval_seconds: float = Field(default=300.0, gt=0)
+    recovery_request_state_cleanup_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How often idle rate-limit buckets and spent OAuth states are deleted",
+    )
     recovery_database_timeout_seconds: float = Field(
         default=30.0,
         gt=0,
@@ -79,7 +109,7 @@ class RecoverySettings(ServiceSettings):
         timeout = self.recovery_database_timeout_seconds
         return create_engine(
             self.database_url,
-            pool_size=2,
+            pool_size=3,
             timeout_seconds=timeout,
             idle_transaction_seconds=timeout,
         )

@@ -10,8 +10,10 @@ redeliveries are rows scheduled for later. The relay sleeps on LISTEN `san_outbo
 trigger NOTIFYs on insert, delivered at commit), until the next scheduled row is due, or
 `relay_poll_seconds` in case a notification is missed — whichever comes first. A lost
 listener connection wakes the relay, which listens again; a failed round (database or
-broker away) is logged and retried with backoff (`ROUND_BACKOFF`) — the relay never gives
-up on its own. The lease rescuer (rescuer.py) runs alongside.
+broker away) is retried with backoff (`ROUND_BACKOFF`) — the relay never gives up on its
+own. A PostgreSQL outage is logged once when it starts and once when it ends
+(`san_common.outages`). The relay only publishes: lease rescue, the stranded-message check
+and outbox cleanup are the maintenance service's (docs/architecture.md, "Maintenance").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import aio_pika
 import asyncpg
@@ -41,10 +43,11 @@ from san_common.broker.topology import Topology, adopt_legacy_dead_letters, decl
 from san_common.cli import describe
 from san_common.db.engine import bound_engine, plain_url
 from san_common.deployment import DEPLOYMENT_HEADER
+from san_common.errors import is_connection_loss
+from san_common.outages import BROKER, DATABASE
 from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
 from san_relay.repository import Pending
-from san_relay.rescuer import LeaseRescuer
 from san_relay.settings import RelaySettings
 
 log = logging.getLogger(__name__)
@@ -104,15 +107,7 @@ class Relay:
             await connection.close()
             raise
         await self._ensure_listener()
-        rescuer = LeaseRescuer(
-            self._sessions,
-            interval_seconds=self._settings.relay_rescue_seconds,
-            batch_size=self._settings.relay_rescue_batch_size,
-            on_rescued=self._wakeup,
-        )
-        cleaner = asyncio.create_task(self._clean_periodically(stop))
         observer = asyncio.create_task(self._observe_periodically(stop, connection))
-        rescuing = asyncio.create_task(rescuer.run(stop))
         rounds: list[asyncio.Task[None]] = []
         try:
             channel = await self.open_channel(connection)
@@ -135,7 +130,7 @@ class Relay:
             ]
             await asyncio.gather(*rounds)
         finally:
-            for task in (*rounds, cleaner, observer, rescuing):
+            for task in (*rounds, observer):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -159,23 +154,27 @@ class Relay:
                     self._forget_listener()
                 decision = ROUND_BACKOFF.decide(exc, failures)
                 delay = decision.after if isinstance(decision, Retry) else 0.5
-                # One line per failed round, however big the batch (the traceback at
-                # DEBUG): a broker outage is a handful of lines, not one per message.
-                log.warning(
-                    "relay round failed; retrying",
-                    extra={
-                        "fields": {
-                            "retry_in_s": round(delay, 2),
-                            "failed_rounds": failures,
-                            "error": describe(exc),
-                        }
-                    },
-                )
+                if not isinstance(exc, RoundFailed) and is_connection_loss(exc):
+                    DATABASE.lost(exc, "relay round")
+                else:
+                    # One line per failed round, however big the batch (the traceback at
+                    # DEBUG): a broker outage is a handful of lines, not one per message.
+                    log.warning(
+                        "relay round failed; retrying",
+                        extra={
+                            "fields": {
+                                "retry_in_s": round(delay, 2),
+                                "failed_rounds": failures,
+                                "error": describe(exc),
+                            }
+                        },
+                    )
                 log.debug("relay round failure", exc_info=True)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
                 continue
             failures = 0
+            DATABASE.answered(started)
             if published:
                 self._last_published_round = started
             if published >= self._settings.relay_batch_size:
@@ -298,12 +297,16 @@ class Relay:
     async def _listen_again(self) -> None:
         if self._listener is not None and not self._listener.is_closed():
             return  # another round listened again while this one waited
-        if self._listener is not None:
-            log.warning("LISTEN connection lost; listening again")
+        lost = self._listener is not None
         timeout = self._settings.relay_database_timeout_seconds
         connection = await asyncpg.connect(
             plain_url(self._settings.database_url), timeout=timeout, command_timeout=timeout
         )
+        if lost:  # an outage's own lost connection is the outage's line, not another one
+            log.log(
+                logging.INFO if DATABASE.ongoing else logging.WARNING,
+                "LISTEN connection lost; listening again",
+            )
         await connection.add_listener(NOTIFY_CHANNEL, lambda *_: self._wakeup.set())
         # Waking on the loss makes the next round listen again (and catch up by polling).
         connection.add_termination_listener(lambda *_: self._wakeup.set())
@@ -342,35 +345,6 @@ class Relay:
         finally:
             self._wakeup.clear()
 
-    async def _clean_periodically(self, stop: asyncio.Event) -> None:
-        retention = timedelta(hours=self._settings.outbox_retention_hours)
-        while not stop.is_set():
-            try:
-                await self.clean(retention)
-            except Exception:  # cleanup is housekeeping; the next round retries
-                log.exception("outbox cleanup failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._settings.outbox_cleanup_interval_seconds)
-
-    async def clean(self, retention: timedelta) -> int:
-        deleted = 0
-        started = time.monotonic()
-        while True:
-            async with self._sessions() as session, session.begin():
-                count = await repository.delete_published_before(session, retention, 1000)
-            deleted += count
-            if count < 1000:
-                break
-        metrics.OUTBOX_CLEANED.inc(deleted)
-        if deleted:
-            log.info(
-                "outbox cleaned",
-                extra={
-                    "fields": {"deleted": deleted, "ms": int((time.monotonic() - started) * 1000)}
-                },
-            )
-        return deleted
-
     async def _observe_periodically(
         self, stop: asyncio.Event, connection: AbstractConnection
     ) -> None:
@@ -379,13 +353,17 @@ class Relay:
         channel: AbstractChannel | None = None
         await self.ready.wait()  # the queues exist once the topology is declared
         while not stop.is_set():
-            try:
+            async with DATABASE.guard("measuring the outbox"):
                 await self.observe_outbox()
+            began = time.monotonic()
+            try:
                 if channel is None or channel.is_closed:
                     channel = await connection.channel()
                 await self.observe_queues(channel)
-            except Exception:  # measuring is best effort; the next round retries
-                log.warning("could not measure the outbox or the queues", exc_info=True)
+            except Exception as exc:  # measuring is best effort; the next round retries
+                BROKER.lost(exc, "measuring the queues")
+            else:
+                BROKER.answered(began)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._settings.relay_metrics_interval_seconds)
 

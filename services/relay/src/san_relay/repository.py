@@ -6,10 +6,10 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from san_common.models import OutboxMessage
@@ -82,17 +82,6 @@ async def mark_published(connection: AsyncConnection, ids: Sequence[int]) -> Non
     # afresh for every round and size)
     if ids:
         await connection.exec_driver_sql(_MARK, (list(ids),))
-
-
-async def delete_published_before(session: AsyncSession, retention: timedelta, limit: int) -> int:
-    doomed = (
-        select(OutboxMessage.id)
-        .where(OutboxMessage.published_at < func.now() - retention)
-        .limit(limit)
-        .scalar_subquery()
-    )
-    result = await session.execute(delete(OutboxMessage).where(OutboxMessage.id.in_(doomed)))
-    return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 async def backlog(session: AsyncSession) -> tuple[int, float]:

@@ -10,7 +10,7 @@ from san_common.settings import ServiceSettings
 
 
 class RelaySettings(ServiceSettings):
-    reported_prefixes: ClassVar[tuple[str, ...]] = ("RELAY_", "OUTBOX_")
+    reported_prefixes: ClassVar[tuple[str, ...]] = ("RELAY_",)
     service_name: str = "relay"
     relay_batch_size: int = Field(default=200, ge=1, le=5000)
     relay_rounds_in_flight: int = Field(
@@ -38,29 +38,20 @@ class RelaySettings(ServiceSettings):
         gt=0,
         description="Longest wait on PostgreSQL for a connection, a connect or a statement",
     )
-    outbox_retention_hours: float = Field(default=24.0, ge=0)
-    outbox_cleanup_interval_seconds: float = Field(default=300.0, gt=0)
     relay_metrics_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often the outbox backlog and queue depths are measured"
     )
-    relay_rescue_seconds: float = Field(
-        default=2.0,
-        gt=0,
-        description="How often the lease rescuer looks for PROCESSING jobs whose lease expired",
-    )
-    relay_rescue_batch_size: int = Field(default=500, ge=1, le=10_000)
 
     def database_engine(self) -> AsyncEngine:
-        """One connection per round in flight, and three for the rescuer, cleaner and
-        observer. No pre-ping: it cost three round trips a round, and a failed round is
-        retried anyway. Every wait is bounded, so a relay cut off from PostgreSQL without a
-        reset fails its round in time and connects again; the server ends a round's
-        transaction its relay left open (a round's transaction also waits for its
-        confirms: that long more)."""
+        """One connection per round in flight, one for the observer and a spare. No
+        pre-ping: it cost three round trips a round, and a failed round is retried anyway.
+        Every wait is bounded, so a relay cut off from PostgreSQL without a reset fails its
+        round in time and connects again; the server ends a round's transaction its relay
+        left open (a round's transaction also waits for its confirms: that long more)."""
         timeout = self.relay_database_timeout_seconds
         return create_engine(
             self.database_url,
-            pool_size=self.relay_rounds_in_flight + 3,
+            pool_size=self.relay_rounds_in_flight + 2,
             pre_ping=False,
             timeout_seconds=timeout,
             idle_transaction_seconds=self.relay_publish_timeout_seconds + timeout,

@@ -28,10 +28,12 @@ from san_common.models.til import (
     RecallQuizGeneration,
     daily_summary_cards,
 )
+from san_common.models.usage import AiUsage, UserBudget
 from san_common.models.users import User
 
 __all__ = [
     "AdminAudit",
+    "AiUsage",
     "AsyncJob",
     "AsyncJobEvent",
     "AsyncJobTransition",
@@ -56,6 +58,7 @@ __all__ = [
     "Tag",
     "TilGithubCommit",
     "User",
+    "UserBudget",
     "WorkerPresence",
     "card_tags",
     "daily_summary_cards",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +39,8 @@ from san_common.broker.topology import (
     Topology,
     declare_topology,
 )
-from san_common.errors import cause_chain, is_connection_loss
+from san_common.errors import is_connection_loss
+from san_common.outages import DATABASE
 from san_common.worker.pauses import PausedTypes
 
 log = logging.getLogger("san_common.worker")
@@ -225,15 +227,14 @@ class Consumer:
         paused: frozenset[str] = frozenset()
         unreachable = unreadable = False
         while True:
+            began = time.monotonic()
             try:
                 now_paused = await self._paused() & served
             except Exception as exc:
                 if is_connection_loss(exc):
-                    if not unreachable:
-                        log.warning(
-                            "database unreachable; consuming stopped until it answers",
-                            extra={"fields": {"error": cause_chain(exc)[:500]}},
-                        )
+                    DATABASE.lost(exc, "reading the paused job types")
+                    if not unreachable:  # the outage's WARNING is DATABASE's, once
+                        log.info("database unreachable; consuming stopped until it answers")
                     unreachable = True
                 elif not unreadable:  # not an outage: keep consuming as we were
                     log.info(
@@ -242,6 +243,7 @@ class Consumer:
                     )
                     unreadable = True
             else:
+                DATABASE.answered(began)
                 if unreachable:
                     log.info("database answers again; consuming")
                 for job_type in sorted(now_paused - paused):

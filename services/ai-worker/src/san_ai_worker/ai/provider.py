@@ -19,6 +19,7 @@ from san_ai_worker.ai.schemas import (
     StarRecommendations,
     Til,
 )
+from san_common.usage import Prices
 
 
 class AiProvider(Protocol):
@@ -55,6 +56,7 @@ def build_provider(
     timeout_seconds: float = 60.0,
     response_format: ResponseFormat = "json_schema",
     transport: httpx.AsyncBaseTransport | None = None,
+    prices: Prices | None = None,
 ) -> AiProvider:
     """`"openai"` (any OpenAI-compatible server) or `"local"` (offline, deterministic)."""
     if provider == "openai":
@@ -68,7 +70,8 @@ def build_provider(
             timeout_seconds=timeout_seconds,
             response_format=response_format,
             transport=transport,
+            prices=prices,
         )
     if provider == "local":
-        return LocalProvider()
+        return LocalProvider(prices)
     raise ValueError(f"unknown AI provider {provider!r}, expected 'openai' or 'local'")
