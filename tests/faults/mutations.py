@@ -498,6 +498,8 @@ MUTATIONS = (
             "_are_dead_lettered_with_one_warning",
             "tests/worker/test_deployments.py::"
             "test_foreign_and_unknown_job_messages_are_dead_lettered_with_their_reason",
+            "tests/faults/test_foreign_deployment.py::"
+            "test_a_foreign_consumer_and_foreign_messages_strand_nothing_and_leave_a_trace",
         ),
     ),
     Mutation(
