@@ -54,3 +54,11 @@ async def test_an_action_redirects_to_its_key(api: httpx.AsyncClient) -> None:
     assert done.status_code == 303
     assert done.headers["location"] == "/admin?notice=paused&type=SCRAP_REFINE"
     assert notices.message({"notice": "paused", "type": "SCRAP_REFINE"}) == "SCRAP_REFINE paused"
+
+
+async def test_a_refused_filter_redirects_to_the_refused_key(api: httpx.AsyncClient) -> None:
+    """An error the console catches is shown by its code's fixed title, never its text."""
+    bad = "createdFrom=2026-02-01T00:00:00Z&createdTo=2026-01-01T00:00:00Z"
+    page = await api.get(f"/admin/jobs?{bad}", headers=operator_headers())
+    assert page.status_code == 303, page.text
+    assert page.headers["location"] == "/admin/jobs?notice=refused&code=VALIDATION_ERROR&error=1"

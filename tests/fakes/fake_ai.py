@@ -60,6 +60,7 @@ class FakeAiServer(LoopbackServer):
         self._lock = threading.Lock()
         self._fault: Fault | None = None
         self._fault_times: int | None = None
+        self._fault_path: str | None = None
         self._requests: list[tuple[str, dict[str, Any]]] = []
         self._headers: list[dict[str, str]] = []
         super().__init__(_Handler)
@@ -79,10 +80,13 @@ class FakeAiServer(LoopbackServer):
     def fault(self, fault: Fault | None) -> None:
         self.set_fault(fault)
 
-    def set_fault(self, fault: Fault | None, *, times: int | None = None) -> None:
-        """Inject `fault` into every request, or only into the next `times` it applies to."""
+    def set_fault(
+        self, fault: Fault | None, *, times: int | None = None, path: str | None = None
+    ) -> None:
+        """Inject `fault` into every request (of `path` only, e.g. "/v1/embeddings", when
+        given), or only into the next `times` it applies to."""
         with self._lock:
-            self._fault, self._fault_times = fault, times
+            self._fault, self._fault_times, self._fault_path = fault, times, path
 
     @property
     def requests(self) -> list[tuple[str, dict[str, Any]]]:
@@ -167,6 +171,8 @@ class FakeAiServer(LoopbackServer):
         with self._lock:
             fault = self._fault
             if fault is None or (fault == "wrong_dimension" and path != "/v1/embeddings"):
+                return None
+            if self._fault_path is not None and path != self._fault_path:
                 return None
             if self._fault_times is not None:
                 self._fault_times -= 1

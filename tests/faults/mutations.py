@@ -71,6 +71,12 @@ OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
+QUOTAS = "libs/common/src/san_common/quotas.py"
+GITHUB_QUOTA = (
+    "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
+)
+USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
+USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
     "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
 )
@@ -1086,6 +1092,60 @@ MUTATIONS = (
         (
             "tests/e2e/test_startup_errors.py"
             "::test_make_run_on_a_busy_port_fails_fast_with_one_line",
+        ),
+    ),
+    Mutation(
+        "quota-ignored",
+        "the upstream budget is read but every call is admitted",
+        (Edit(QUOTAS, "(rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok", "true AS req_ok"),),
+        (GITHUB_QUOTA,),
+    ),
+    Mutation(
+        "budget-unchecked",
+        "the AI budget is never checked: neither at enqueue nor before a job runs",
+        (
+            Edit(
+                USAGE_BUDGETS,
+                "    limits = await limits_for(connection, user_id, defaults)\n"
+                "    if limits.unlimited:\n",
+                "    limits = await limits_for(connection, user_id, defaults)\n    if True:\n",
+            ),
+        ),
+        (
+            f"{USAGE_BUDGET_TESTS}::test_the_scrap_that_would_cross_the_budget_is_refused_at"
+            "_enqueue",
+            f"{USAGE_BUDGET_TESTS}::test_a_job_over_budget_at_run_time_waits_or_fails_without"
+            "_calling_the_ai",
+        ),
+    ),
+    Mutation(
+        "timeout-unenforced",
+        "the job type's timeout is not enforced: a hung AI call holds the try",
+        (
+            Edit(
+                EXECUTOR,
+                "async with asyncio.timeout(seconds) as deadline:",
+                "async with asyncio.timeout(None) as deadline:",
+            ),
+        ),
+        (
+            "tests/usage/test_timeouts.py"
+            "::test_a_hung_ai_call_times_out_at_the_deadline_and_the_retry_completes",
+        ),
+    ),
+    Mutation(
+        "checkpoint-unread",
+        "card analysis ignores its checkpoint: a retry asks the chat again and pays twice",
+        (
+            Edit(
+                "services/ai-worker/src/san_ai_worker/handlers/card_analysis.py",
+                "analysis = _from_checkpoint(job) or await",
+                "analysis = await",
+            ),
+        ),
+        (
+            "tests/usage/test_checkpoints.py"
+            "::test_a_failed_embedding_retry_reuses_the_chat_answer_and_pays_it_once",
         ),
     ),
 )

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from san_api import docs, health, openapi
 from san_api.admin import console
 from san_api.admin.broker import BrokerAdmin
+from san_api.admin.budgets import router as admin_budgets_router
 from san_api.admin.csrf import ConsoleCsrfMiddleware
 from san_api.admin.endpoints import router as admin_router
 from san_api.auth.tokens import token_verifier
@@ -139,6 +140,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         users_router,
         usage_router,
         admin_router,
+        admin_budgets_router,
     ):
         app.include_router(router)
     console.install(app)

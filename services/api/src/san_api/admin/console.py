@@ -111,7 +111,9 @@ def _page(
     )
 
 
-def _back(url: str, notice: str, *, error: bool = False, **params: object) -> RedirectResponse:
+def _back(
+    url: str, notice: notices.NoticeKey, *, error: bool = False, **params: object
+) -> RedirectResponse:
     """Back to `url`, which shows `notice` (a key of `notices.MESSAGES`) with `params`."""
     sep = "&" if "?" in url else "?"
     query = notices.query(notice, error=error, **params)
@@ -275,7 +277,7 @@ async def jobs_page(
     try:
         page = await api.list_jobs(session, query)
     except AppError as exc:
-        return _back("/admin/jobs", f"invalid filter: {exc.detail}", error=True)
+        return _refused("/admin/jobs", exc)
     pairs = [
         (k, v)
         for k, v in request.query_params.multi_items()
@@ -322,7 +324,8 @@ async def jobs_bulk(
         return _back(back, "invalid", error=True)
     except AppError as exc:
         return _refused(back, exc)
-    return _back(back, f"bulk-{body.action}", count=result.count)
+    done: notices.NoticeKey = "bulk-retry" if body.action == "retry" else "bulk-cancel"
+    return _back(back, done, count=result.count)
 
 
 @router.get("/jobs/{jobId}", response_class=HTMLResponse)

@@ -6,13 +6,30 @@ the values its message allows (a count, a job type, a sweep name, an error code)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Literal
 from urllib.parse import urlencode
 
 from san_api.errors import AppError
 from san_common.jobs.types import JobType
 from san_common.models.operations import SWEEP_NAMES
 
-MESSAGES: dict[str, str] = {
+# The keys, as a type: `console._back` takes only these, so mypy refuses a page that would
+# put text in the link instead.
+NoticeKey = Literal[
+    "retried",
+    "cancelled",
+    "paused",
+    "resumed",
+    "bulk-retry",
+    "bulk-cancel",
+    "redriven",
+    "purged",
+    "sweeps-requested",
+    "invalid",
+    "refused",
+]
+
+MESSAGES: dict[NoticeKey, str] = {
     "retried": "retry registered: same job id, a new try",
     "cancelled": "cancelled",
     "paused": "{type} paused",
@@ -25,6 +42,9 @@ MESSAGES: dict[str, str] = {
     "invalid": "the form was not valid; check its fields",
     "refused": "refused: {code}",
 }
+
+
+_BY_NAME: dict[str, str] = {str(key): text for key, text in MESSAGES.items()}
 
 
 def _subclasses(cls: type[AppError]) -> Iterator[type[AppError]]:
@@ -61,16 +81,15 @@ PARAMETERS: dict[str, Callable[[str], str | None]] = {
 }
 
 
-def query(key: str, *, error: bool = False, **params: object) -> str:
+def query(key: NoticeKey, *, error: bool = False, **params: object) -> str:
     """The query string that makes the next page show `key`'s message."""
-    MESSAGES[key]  # a key of ours: a KeyError here is a bug, never input
     pairs = {"notice": key, **{k: str(v) for k, v in params.items()}}
     return urlencode({**pairs, **({"error": "1"} if error else {})})
 
 
 def message(params: Mapping[str, str]) -> str | None:
     """The notice a page's query asks for, or None when it names none we know."""
-    template = MESSAGES.get(params.get("notice", ""))
+    template = _BY_NAME.get(params.get("notice", ""))
     if template is None:
         return None
     values: dict[str, str] = {}
