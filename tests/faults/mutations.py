@@ -71,6 +71,10 @@ OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
+QUOTAS = "libs/common/src/san_common/quotas.py"
+GITHUB_QUOTA = (
+    "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
+)
 USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
 USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
@@ -500,6 +504,8 @@ MUTATIONS = (
             "_are_dead_lettered_with_one_warning",
             "tests/worker/test_deployments.py::"
             "test_foreign_and_unknown_job_messages_are_dead_lettered_with_their_reason",
+            "tests/faults/test_foreign_deployment.py::"
+            "test_a_foreign_consumer_and_foreign_messages_strand_nothing_and_leave_a_trace",
         ),
     ),
     Mutation(
@@ -1087,6 +1093,12 @@ MUTATIONS = (
             "tests/e2e/test_startup_errors.py"
             "::test_make_run_on_a_busy_port_fails_fast_with_one_line",
         ),
+    ),
+    Mutation(
+        "quota-ignored",
+        "the upstream budget is read but every call is admitted",
+        (Edit(QUOTAS, "(rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok", "true AS req_ok"),),
+        (GITHUB_QUOTA,),
     ),
     Mutation(
         "budget-unchecked",

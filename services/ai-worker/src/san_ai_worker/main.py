@@ -26,8 +26,11 @@ PROG = "san-ai-worker"
 
 async def amain(settings: AiWorkerSettings) -> None:
     engine = settings.database_engine(pool_size=settings.worker_prefetch + 2)
-    ai = build_provider(settings.ai_provider, **settings.provider_options())
-    github = settings.github_client()
+    upstream = settings.quotas(engine)
+    ai = build_provider(
+        settings.ai_provider, **settings.provider_options(), upstream_quotas=upstream
+    )
+    github = settings.github_client(upstream)
     sessions = create_session_factory(engine)
     runtime = WorkerRuntime(
         session_factory=sessions,

@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from san_common.github.settings import GithubAccessSettings
+from san_common.quotas import Static
 from san_common.settings import HttpUrl
 from san_common.usage import Price, Prices
 from san_common.usage.budgets import BudgetSettings
@@ -45,6 +46,14 @@ class AiWorkerSettings(WorkerSettings, GithubAccessSettings, BudgetSettings):
         "every answer still validated against its schema)",
     )
 
+    ai_requests_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="The chat model's request quota when the AI server sends no rate-limit "
+        "headers (unset: learned from the first answer)",
+    )
+    ai_tokens_per_minute: int | None = Field(default=None, ge=1, description="The same, in tokens")
+
     ai_prices: dict[str, ModelPrice] = Field(
         default_factory=lambda: dict(DEFAULT_PRICES),
         description='JSON: {"model": {"input": usd_per_1m, "output": usd_per_1m}, …}; '
@@ -64,6 +73,7 @@ class AiWorkerSettings(WorkerSettings, GithubAccessSettings, BudgetSettings):
             "timeout_seconds": self.ai_timeout_seconds,
             "response_format": self.ai_response_format,
             "prices": self.prices(),
+            "quota_static": Static(self.ai_requests_per_minute, self.ai_tokens_per_minute),
         }
 
     @model_validator(mode="after")

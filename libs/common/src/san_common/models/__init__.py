@@ -20,6 +20,7 @@ from san_common.models.operations import (
     SweepRun,
     WorkerPresence,
 )
+from san_common.models.quotas import UpstreamQuota
 from san_common.models.rate_limits import RateLimitBucket
 from san_common.models.scraps import Scrap
 from san_common.models.til import (
@@ -57,6 +58,7 @@ __all__ = [
     "SweepRun",
     "Tag",
     "TilGithubCommit",
+    "UpstreamQuota",
     "User",
     "UserBudget",
     "WorkerPresence",

@@ -24,7 +24,7 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
-from san_common import usage
+from san_common import quotas, usage
 from san_common.errors import JobFailure, PermanentJobError, TransientJobError, redact
 from san_common.models.base import EMBEDDING_DIMENSIONS
 from san_common.usage import Prices, estimate_tokens
@@ -82,8 +82,13 @@ class OpenAICompatibleProvider:
         response_format: ResponseFormat = "json_schema",
         transport: httpx.AsyncBaseTransport | None = None,
         prices: Prices | None = None,
+        upstream_quotas: quotas.Quotas | None = None,
+        quota_static: quotas.Static = quotas.NO_STATIC,
     ) -> None:
         self._api_key = api_key or ""
+        self._base_url = base_url
+        self._quotas = upstream_quotas or quotas.NoQuotas()
+        self._quota_static = quota_static
         self._prices = prices or Prices()
         self._response_format = response_format
         self._chat_model = chat_model
@@ -230,14 +235,13 @@ class OpenAICompatibleProvider:
             raise TransientJobError(_describe_invalid(name, exc)) from exc
 
     async def _post(self, path: str, payload: dict[str, Any]) -> Any:
-        try:
-            response = await self._client.post(path, json=payload)
-        except httpx.TimeoutException as exc:
-            raise TransientJobError(f"AI server timed out on {path}") from exc
-        except httpx.UnsupportedProtocol as exc:
-            raise PermanentJobError(f"AI base URL cannot be used for {path}") from exc
-        except httpx.TransportError as exc:
-            raise TransientJobError(f"AI server unreachable on {path}") from exc
+        key = quotas.ai_key(self._base_url, str(payload.get("model")))
+        estimate = quotas.estimate_call_tokens(payload)
+        async with self._quotas.call(key, estimate, self._quota_static) as ticket:
+            response = await self._send(path, payload)
+            ticket.answered(
+                quotas.openai_answer(response.headers, response.status_code, _total(response))
+            )
         if not response.is_success:
             raise self._status_error(path, response)
         try:
@@ -246,6 +250,16 @@ class OpenAICompatibleProvider:
             raise TransientJobError(
                 f"AI server answered {path} with a body that is not JSON"
             ) from exc
+
+    async def _send(self, path: str, payload: dict[str, Any]) -> httpx.Response:
+        try:
+            return await self._client.post(path, json=payload)
+        except httpx.TimeoutException as exc:
+            raise TransientJobError(f"AI server timed out on {path}") from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise PermanentJobError(f"AI base URL cannot be used for {path}") from exc
+        except httpx.TransportError as exc:
+            raise TransientJobError(f"AI server unreachable on {path}") from exc
 
     def _report(
         self,
@@ -306,6 +320,16 @@ def _usage_count(body: Any, name: str) -> int | None:
     counts = body.get("usage") if isinstance(body, dict) else None
     value = counts.get(name) if isinstance(counts, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _total(response: httpx.Response) -> int | None:
+    """`usage.total_tokens` of an answer, for the upstream quota; None when it does not say."""
+    if not response.is_success:
+        return None
+    try:
+        return _usage_count(response.json(), "total_tokens")
+    except ValueError:
+        return None
 
 
 def _answer_text(body: Any) -> str:

@@ -19,6 +19,7 @@ from san_ai_worker.ai.schemas import (
     StarRecommendations,
     Til,
 )
+from san_common.quotas import NO_STATIC, Quotas, Static
 from san_common.usage import Prices
 
 
@@ -57,6 +58,8 @@ def build_provider(
     response_format: ResponseFormat = "json_schema",
     transport: httpx.AsyncBaseTransport | None = None,
     prices: Prices | None = None,
+    upstream_quotas: Quotas | None = None,
+    quota_static: Static = NO_STATIC,
 ) -> AiProvider:
     """`"openai"` (any OpenAI-compatible server) or `"local"` (offline, deterministic)."""
     if provider == "openai":
@@ -71,6 +74,8 @@ def build_provider(
             response_format=response_format,
             transport=transport,
             prices=prices,
+            upstream_quotas=upstream_quotas,
+            quota_static=quota_static,
         )
     if provider == "local":
         return LocalProvider(prices)
