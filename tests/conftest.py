@@ -146,6 +146,7 @@ def api_settings(db_url: str, amqp_url: str, **overrides: object) -> ApiSettings
         **{  # type: ignore[arg-type]
             "token_encryption_keys": TOKEN_KEYS,
             "rate_limit_jobs_burst": 100_000,
+            "rate_limit_github_burst": 100_000,
             "active_jobs_max_per_user": 100_000,
             **overrides,
         },

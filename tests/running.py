@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from san_common.broker.topology import Topology
 from san_common.jobs.types import JobType
 from san_common.worker import JobHandler, RuntimeConfig, WorkerRuntime
+from san_common.worker.executor import Gate
 from san_relay.relay import Relay
 from san_relay.settings import RelaySettings
 
@@ -27,6 +28,7 @@ async def worker_and_relay(
     topology: Topology,
     handlers: Mapping[JobType, JobHandler],
     config: RuntimeConfig = FAST,
+    gate: Gate | None = None,
 ) -> AsyncIterator[WorkerRuntime]:
     """Both running (the worker consuming) inside the block, drained and stopped after."""
     runtime = WorkerRuntime(
@@ -35,6 +37,7 @@ async def worker_and_relay(
         topology=topology,
         handlers=handlers,
         config=config,
+        gate=gate,
     )
     relay = Relay(
         RelaySettings(database_url=db_url, amqp_url=amqp_url, amqp_prefix=topology.prefix),

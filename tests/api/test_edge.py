@@ -479,17 +479,31 @@ async def test_a_pipelined_request_s_body_is_not_counted_as_a_head(
     assert (first.status, answer.status) == (202, 202), answer.body
 
 
-async def test_connections_beyond_the_cap_are_refused_with_503(db_url: str, amqp_url: str) -> None:
+async def test_connections_beyond_the_cap_are_refused_with_503_but_the_probes_are_answered(
+    db_url: str, amqp_url: str
+) -> None:
+    """Idle connections fill the cap: a request beyond it is a 503 problem with
+    `Retry-After` and its connection closed — except the health and readiness probes, so a
+    flood of connections never makes the orchestrator restart a healthy process."""
     settings = api_settings(db_url, amqp_url, http_max_connections=3)
     async with served(settings) as url:
         idle = [await Connection.open(url) for _ in range(3)]
-        extra = await Connection.open(url)
+        extra = [await Connection.open(url) for _ in range(3)]
         try:
-            assert (await extra.request("GET", "/healthz")).status == 503
+            refused = await extra[0].request("GET", "/me", headers=_bearer("capped"))
+            assert refused.status == 503, refused
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert refused.json()["code"] == "SERVER_BUSY"
+            assert int(refused.headers["retry-after"]) >= 1
+            assert refused.headers["connection"] == "close"
+            assert await extra[0].closed_by_server()
+            for connection, probe in zip(extra[1:], ("/healthz", "/readyz"), strict=True):
+                answer = await connection.request("GET", probe)
+                assert answer.status == 200, (probe, answer)
         finally:
-            for connection in [*idle, extra]:
+            for connection in [*idle, *extra]:
                 await connection.aclose()
-        assert (await _fresh_get(url, "/healthz")).status == 200
+        assert (await _fresh_get(url, "/me")).status == 401  # below the cap again: served
 
 
 async def _fresh_get(url: str, path: str) -> Answer:

@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from zoneinfo import ZoneInfo
 
 import aio_pika
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.handlers import build_handlers
@@ -30,11 +33,13 @@ from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
-from san_common.models import Scrap
-from tests.admin.support import Sessions, new_user, operator_headers, user_headers
+from san_common.models import AsyncJob, Scrap
+from san_common.worker import JobHandler
+from tests.admin.support import Sessions, insert_jobs, new_user, operator_headers, user_headers
 from tests.api.support import over_http
 from tests.conftest import api_settings
 from tests.fakes.fake_ai import FakeAiServer
+from tests.faults.harness import seed
 from tests.running import worker_and_relay
 from tests.waiting import settled_job
 
@@ -150,15 +155,18 @@ async def a_scrap(sessions: Sessions, user_id: uuid.UUID) -> uuid.UUID:
     return scrap.id
 
 
-async def dead_letter(amqp_url: str, topology: Topology, job_type: JobType) -> None:
-    """A message for a job type no worker runs here, rejected so RabbitMQ dead-letters it."""
+async def dead_letter(
+    amqp_url: str, topology: Topology, job_type: JobType, job_id: uuid.UUID
+) -> None:
+    """A message of a job of a type no worker runs here, rejected so RabbitMQ dead-letters
+    it (a job of this deployment's, so that it can be re-driven)."""
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
         exchange = await channel.get_exchange(topology.jobs_exchange)
         body = {
             "message_id": str(uuid.uuid4()),
-            "job_id": str(uuid.uuid4()),
+            "job_id": str(job_id),
             "job_type": job_type.value,
             "target_id": str(uuid.uuid4()),
             "user_id": str(uuid.uuid4()),
@@ -196,7 +204,10 @@ async def test_operator_retries_a_failed_job_and_redrives_a_dead_letter(
             failed = await settled_job(sessions, job.job_id, within=WAIT)
             assert failed.status == "FAILED", failed.error_message
             fake_ai.set_fault(None)  # the AI is healthy again
-            await dead_letter(amqp_url, topology, JobType.TIL_GITHUB_COMMIT)
+            [commit_job] = await insert_jobs(
+                sessions, user_id, status="PENDING", job_type=JobType.TIL_GITHUB_COMMIT
+            )
+            await dead_letter(amqp_url, topology, JobType.TIL_GITHUB_COMMIT, commit_job)
             try:
                 await drive_the_console(Page(browser, base), job.job_id, topology)
             finally:
@@ -271,4 +282,177 @@ async def drive_the_console(page: Page, job_id: uuid.UUID, topology: Topology) -
         "06-dead-letters",
         "09-audit",
     ):
+        assert (SCREENSHOTS / f"{name}.png").stat().st_size > 1000
+
+
+# -- acceptance: the fleet at a glance ---------------------------------------------------------
+
+# A zone far from UTC, so that a time left in UTC cannot pass for local.
+ZONE = "Asia/Tokyo"
+
+
+@pytest.fixture
+def browser_in_zone() -> AsyncIterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--window-size=1400,1900", "--lang=en-US"):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(CHROMEDRIVER, env={**os.environ, "TZ": ZONE})
+    driver = webdriver.Chrome(service=service, options=options)
+    try:
+        yield driver  # type: ignore[misc]
+    finally:
+        driver.quit()
+
+
+class Quick(JobHandler[None, str]):
+    job_type: ClassVar[str] = JobType.CARD_ANALYSIS
+
+    async def run(self, job: AsyncJob, payload: None) -> str:
+        await asyncio.sleep(0.2)
+        return "done"
+
+    async def store(self, session: AsyncSession, job: AsyncJob, result: str) -> None:
+        return None
+
+
+class Held(JobHandler[None, str]):
+    """Runs until `gate` opens: its jobs stay in flight on the worker."""
+
+    job_type: ClassVar[str] = JobType.SCRAP_REFINE
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.gate = gate
+
+    async def run(self, job: AsyncJob, payload: None) -> str:
+        await self.gate.wait()
+        return "done"
+
+    async def store(self, session: AsyncSession, job: AsyncJob, result: str) -> None:
+        return None
+
+
+def count_at_least(css: str, attribute: str, least: int) -> Callable[[WebDriver], bool]:
+    def check(driver: WebDriver) -> bool:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        return bool(found) and int(found[0].get_attribute(attribute) or 0) >= least
+
+    return check
+
+
+async def test_operator_sees_the_fleet_at_a_glance(
+    fresh_db_url: str, amqp_url: str, topology: Topology, browser_in_zone: WebDriver
+) -> None:
+    engine = create_engine(fresh_db_url, pool_size=10)
+    sessions: Sessions = create_session_factory(engine)
+    settings = api_settings(fresh_db_url, amqp_url, amqp_prefix=topology.prefix)
+    gate = asyncio.Event()
+    handlers = {JobType.CARD_ANALYSIS: Quick(), JobType.SCRAP_REFINE: Held(gate)}
+    try:
+        async with (
+            worker_and_relay(sessions, fresh_db_url, amqp_url, topology, handlers) as runtime,
+            over_http(create_app(settings)) as base,
+        ):
+            try:
+                done = await seed(sessions, 6, [JobType.CARD_ANALYSIS], label="glance")
+                await seed(sessions, 2, [JobType.SCRAP_REFINE], label="glance")
+                for job_id in done.job_ids:
+                    assert (await settled_job(sessions, job_id, within=WAIT)).status == "COMPLETED"
+                user_id, _ = await new_user(sessions)
+                # Two jobs of a type no worker here runs, due for twelve minutes: stuck.
+                stuck = await insert_jobs(
+                    sessions, user_id, 2, status="PENDING", job_type="TIL_GITHUB_COMMIT",
+                    created_at=datetime.now(UTC) - timedelta(minutes=12),
+                )  # fmt: skip
+                page = Page(browser_in_zone, base)
+                try:
+                    await look_at_the_fleet(page, runtime.worker_id, topology, stuck[0])
+                finally:
+                    await asyncio.to_thread(browser_in_zone.get, "about:blank")
+            finally:
+                gate.set()
+    finally:
+        await engine.dispose()
+
+
+async def read(page: Page, css: str) -> str:
+    """An element's text in one call: htmx may swap the live part between two calls."""
+    text = await page.call(page.driver.execute_script, """
+        const found = document.querySelector(arguments[0]);
+        return found ? found.innerText.trim() : null;
+    """, css)  # fmt: skip
+    assert text is not None, f"nothing matches {css}"
+    return str(text)
+
+
+async def look_at_the_fleet(
+    page: Page, worker_id: str, topology: Topology, stuck: uuid.UUID
+) -> None:
+    token = operator_headers("fleet-operator")["Authorization"].removeprefix("Bearer ")
+    await page.open("/admin")
+    await page.until("the login form", lambda d: d.find_elements(By.ID, "token"))
+    await page.call(page.driver.find_element(By.ID, "token").send_keys, token)
+    await page.click("#sign-in")
+    await page.until("the overview", text_is("h1", "Overview"))
+
+    worker = f'tr[data-worker="{worker_id}"]'
+    await page.until("the worker holding its two jobs", text_is(f"{worker} .in-flight", "2"))
+    assert await read(page, f"{worker} .state") == "alive"
+    assert "CARD_ANALYSIS, SCRAP_REFINE" in await read(page, worker)
+    card = 'tr[data-job-type="CARD_ANALYSIS"]'
+    await page.until("the percentiles", lambda d: d.find_elements(By.CSS_SELECTOR, card))
+    for cell in ("wait-p50", "wait-p95", "run-p50", "run-p95"):
+        shown = await read(page, f"{card} .{cell}")
+        assert shown.endswith((" ms", " s")), (cell, shown)
+    assert float((await read(page, f"{card} .run-p50")).split()[0]) >= 200  # Quick sleeps 0.2 s
+    github = f'tr[data-pending-queue="{topology.queue_name(JobType.TIL_GITHUB_COMMIT)}"]'
+    oldest = await read(page, f"{github} .oldest")
+    assert oldest.endswith(" min") and 12 <= float(oldest.split()[0]) < 14, oldest
+    await page.until("the minute chart", count_at_least("#minute-chart", "data-total", 6))
+    bars = await page.call(page.driver.execute_script, """
+        return document.querySelectorAll("#minute-chart g.minute").length;
+    """)  # fmt: skip
+    assert bars == 60
+
+    # times are the browser's own zone, not UTC
+    stamp = await page.call(page.driver.execute_script, """
+        const t = document.querySelector(arguments[0]);
+        return t && [t.getAttribute("datetime"), t.getAttribute("data-local"), t.innerText];
+    """, f"{worker} time")  # fmt: skip
+    utc = datetime.fromisoformat(stamp[0])
+    local = utc.astimezone(ZoneInfo(ZONE))
+    assert stamp[1] == ZONE
+    assert local.strftime("%H:%M:%S") in stamp[2] and utc.strftime("%H:%M:%S") not in stamp[2]
+    await page.shot("10-fleet-at-a-glance")
+
+    # htmx swaps the live part of the page (the chart with it): the chart is drawn again
+    await page.mark()
+    await page.call(page.driver.execute_script, """
+        window.__swapped = false;
+        document.addEventListener("htmx:afterSettle", () => { window.__swapped = true; });
+        htmx.trigger(document.body, "san:refresh");
+    """)  # fmt: skip
+    await page.until("a swap", lambda d: d.execute_script("return window.__swapped"))
+    redrawn = await page.call(page.driver.execute_script, """
+        return document.querySelectorAll("#minute-chart g.minute").length;
+    """)  # fmt: skip
+    assert redrawn == 60 and await page.not_reloaded()
+
+    prefix = str(stuck)[:8]
+    await page.call(page.driver.find_element(By.ID, "job-search").send_keys, prefix + "\n")
+    await page.until("the job found", lambda d: d.find_elements(
+        By.CSS_SELECTOR, f'tr[data-job="{stuck}"]'))  # fmt: skip
+    rows = await page.call(page.driver.find_elements, By.CSS_SELECTOR, "tr[data-job]")
+    assert all((r.get_attribute("data-job") or "").startswith(prefix) for r in rows), (
+        "a job whose id does not start with the prefix"
+    )
+    await page.shot("11-job-search")
+    logs = await page.call(page.driver.get_log, "browser")
+    # (the browser's own request for /favicon.ico is no page's doing)
+    problems = [
+        e["message"] for e in logs if e["level"] == "SEVERE" and "favicon" not in e["message"]
+    ]
+    assert not problems, problems
+    for name in ("10-fleet-at-a-glance", "11-job-search"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 1000

@@ -4,6 +4,7 @@ KEDA's structure, and the invariants the architecture needs."""
 from __future__ import annotations
 
 import copy
+import ipaddress
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -481,3 +482,20 @@ def test_network_policy_allows_only_the_paths_the_architecture_needs(
         needs_https = component in ("api", "ai-worker", "github-worker")
         assert egress_allowed(rendered, component, 443) == needs_https, component
         assert not egress_allowed(rendered, component, 22), component
+
+
+def test_the_api_trusts_the_ingress_for_forwarded_headers_and_only_it(
+    rendered: list[Manifest],
+) -> None:
+    """Behind the ingress the API must believe its X-Forwarded-Proto (else the console's
+    Secure cookie and the client addresses are the proxy's); only the ingress controller may
+    reach the API's port, which is what makes trusting the pod network safe."""
+    [api] = [w for w in ours(rendered) if service_of(w).name == "api"]
+    [container] = list(main_containers(api))
+    trusted = container_env(rendered, container).get("API_FORWARDED_ALLOW_IPS", "")
+    networks = [ipaddress.ip_network(n.strip()) for n in trusted.split(",") if n.strip()]
+    assert networks and "*" not in trusted, trusted
+    assert all(n.is_private for n in networks), trusted  # never the internet
+    assert any(ipaddress.ip_address("10.244.1.7") in n for n in networks)  # a pod address
+    assert ingress_allowed(rendered, "api", "ingress-nginx", 8000)
+    assert not ingress_allowed(rendered, "api", "default", 8000)

@@ -17,6 +17,8 @@ import json
 import math
 import random
 import re
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ Fault = Literal[
     "wrong_dimension",
     "http_429",
     "http_400",
+    "hang",  # hold the request `delay_seconds`, noticing when the client closes it
 ]
 ChatOverride = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -50,9 +53,14 @@ class FakeAiServer(LoopbackServer):
         self.chat_override: ChatOverride | None = None
         # False: like servers with JSON mode only, a json_schema response_format is a 400
         self.json_schema_supported = True
+        # False: answers carry no `usage` (the worker must estimate and say so)
+        self.usage_supported = True
+        self._usage: list[tuple[str, dict[str, int]]] = []
+        self._closed_early = 0  # "hang" requests whose client closed the connection
         self._lock = threading.Lock()
         self._fault: Fault | None = None
         self._fault_times: int | None = None
+        self._fault_path: str | None = None
         self._requests: list[tuple[str, dict[str, Any]]] = []
         self._headers: list[dict[str, str]] = []
         super().__init__(_Handler)
@@ -72,10 +80,13 @@ class FakeAiServer(LoopbackServer):
     def fault(self, fault: Fault | None) -> None:
         self.set_fault(fault)
 
-    def set_fault(self, fault: Fault | None, *, times: int | None = None) -> None:
-        """Inject `fault` into every request, or only into the next `times` it applies to."""
+    def set_fault(
+        self, fault: Fault | None, *, times: int | None = None, path: str | None = None
+    ) -> None:
+        """Inject `fault` into every request (of `path` only, e.g. "/v1/embeddings", when
+        given), or only into the next `times` it applies to."""
         with self._lock:
-            self._fault, self._fault_times = fault, times
+            self._fault, self._fault_times, self._fault_path = fault, times, path
 
     @property
     def requests(self) -> list[tuple[str, dict[str, Any]]]:
@@ -88,6 +99,59 @@ class FakeAiServer(LoopbackServer):
         """Headers (lowercased names) of every request received, oldest first."""
         with self._lock:
             return list(self._headers)
+
+    @property
+    def reported_usage(self) -> dict[str, int]:
+        """Totals of the `usage` this server reported: prompt and completion tokens of chat
+        answers, prompt tokens of embedding answers."""
+        with self._lock:
+            reported = list(self._usage)
+        totals = {"prompt": 0, "completion": 0, "embedding": 0}
+        for path, usage in reported:
+            if path == "/v1/embeddings":
+                totals["embedding"] += usage["prompt_tokens"]
+            else:
+                totals["prompt"] += usage["prompt_tokens"]
+                totals["completion"] += usage["completion_tokens"]
+        return totals
+
+    def forget(self) -> None:
+        """Forget the usage reported and the connections closed so far (the server is
+        shared by a test session; a test counts from here)."""
+        with self._lock:
+            self._usage.clear()
+            self._closed_early = 0
+
+    @property
+    def closed_early(self) -> int:
+        """How many "hang" requests saw their client close the connection while held."""
+        with self._lock:
+            return self._closed_early
+
+    def chat_calls(self, schema: str | None = None) -> int:
+        """Chat requests received (of one answer schema, when given)."""
+        return sum(
+            1
+            for path, body in self.requests
+            if path == "/v1/chat/completions" and (schema is None or _schema_name(body) == schema)
+        )
+
+    def _usage_of(self, path: str, usage: dict[str, int]) -> dict[str, int] | None:
+        if not self.usage_supported:
+            return None
+        with self._lock:
+            self._usage.append((path, usage))
+        return usage
+
+    def _hold(self, connection: Any) -> None:
+        """Wait `delay_seconds`, or until the client closes the connection (counted)."""
+        deadline = time.monotonic() + self.delay_seconds
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            readable, _, _ = select.select([connection], [], [], 0.05)
+            if readable and not connection.recv(1, socket.MSG_PEEK):
+                with self._lock:
+                    self._closed_early += 1
+                return
 
     @staticmethod
     def embedding_for(text: str, dimensions: int) -> list[float]:
@@ -107,6 +171,8 @@ class FakeAiServer(LoopbackServer):
         with self._lock:
             fault = self._fault
             if fault is None or (fault == "wrong_dimension" and path != "/v1/embeddings"):
+                return None
+            if self._fault_path is not None and path != self._fault_path:
                 return None
             if self._fault_times is not None:
                 self._fault_times -= 1
@@ -148,6 +214,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, _error(f"no route {path}"))
             return
         fault = fake._take_fault(path)
+        if fault == "hang":
+            fake._hold(self.connection)
+            self.close_connection = True
+            return
         if fault == "timeout":
             fake._wait_or_stop()
             self.close_connection = True
@@ -184,26 +254,30 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             answer = {k: v for k, v in answer.items() if k != required[0]}
         content = "Sure! Here is the JSON you asked for." if fault == "invalid_json" else None
-        self._send_json(
-            200,
-            {
-                "id": f"chatcmpl-fake-{time.monotonic_ns()}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", ""),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {
-                            "role": "assistant",
-                            "content": content or json.dumps(answer, ensure_ascii=False),
-                        },
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            },
+        text = content or json.dumps(answer, ensure_ascii=False)
+        # Tokens that depend on the request and the answer, so totals prove the ledger adds
+        # what each answer said, not a constant.
+        prompt_chars = sum(len(str(m.get("content", ""))) for m in body["messages"])
+        usage = self.server.fake._usage_of(
+            "/v1/chat/completions",
+            {"prompt_tokens": prompt_chars // 3 + 11, "completion_tokens": len(text) // 3 + 5},
         )
+        reply: dict[str, Any] = {
+            "id": f"chatcmpl-fake-{time.monotonic_ns()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+        if usage is not None:
+            reply["usage"] = {**usage, "total_tokens": sum(usage.values())}
+        self._send_json(200, reply)
 
     def _embeddings(self, body: dict[str, Any], fault: Fault | None) -> None:
         if fault == "invalid_json":
@@ -219,16 +293,17 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "wrong_dimension"
             else min(requested, fake.embedding_dimensions)
         )
-        vector = FakeAiServer.embedding_for(str(body.get("input", "")), size)
-        self._send_json(
-            200,
-            {
-                "object": "list",
-                "data": [{"object": "embedding", "index": 0, "embedding": vector}],
-                "model": body.get("model", ""),
-                "usage": {"prompt_tokens": 1, "total_tokens": 1},
-            },
-        )
+        text = str(body.get("input", ""))
+        vector = FakeAiServer.embedding_for(text, size)
+        reply: dict[str, Any] = {
+            "object": "list",
+            "data": [{"object": "embedding", "index": 0, "embedding": vector}],
+            "model": body.get("model", ""),
+        }
+        usage = fake._usage_of("/v1/embeddings", {"prompt_tokens": len(text) // 3 + 2})
+        if usage is not None:
+            reply["usage"] = {**usage, "total_tokens": usage["prompt_tokens"]}
+        self._send_json(200, reply)
 
     def _send_json(
         self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None

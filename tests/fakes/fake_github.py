@@ -19,7 +19,9 @@ OAuth lives at the root, as on github.com. GitHub semantics it keeps:
 - `GET /repos/{o}/{r}/commits?path=&sha=&per_page=` newest first;
 - `GET /user/starred?per_page=&page=` with a `Link` header (`next`, `last`, …), at most 100
   per page;
-- `x-ratelimit-*` headers on every API answer;
+- `x-ratelimit-*` headers on every API answer, counted per token in a window (5,000 an
+  hour; `rate_limit` narrows it); past the limit, 403 `API rate limit exceeded` with
+  `x-ratelimit-remaining: 0`, the request not applied;
 - `GET /login/oauth/authorize` (302 to the redirect URI with `code` and `state`) and
   `POST /login/oauth/access_token`, which checks the client, the single-use code and PKCE
   (S256); errors come back as a 200 with an `error` field, as GitHub does.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import secrets
 import socket
 import struct
@@ -140,7 +143,10 @@ class FakeGithub(LoopbackServer):
         self._stars: dict[str, list[dict[str, Any]]] = {}
         self._faults: list[_Fault] = []
         self._requests: list[RecordedRequest] = []
-        self._remaining: dict[str, int] = defaultdict(lambda: 5000)
+        self._limit = 5000
+        self._reset_at = time.time() + 3600
+        self._remaining: dict[str, int] = {}
+        self.over_limit = 0  # requests answered 403 because the window's limit was spent
         self._in_flight: dict[str, int] = defaultdict(int)
         self._max_in_flight: dict[str, int] = defaultdict(int)
         self._grants: dict[str, _Grant] = {}
@@ -244,6 +250,16 @@ class FakeGithub(LoopbackServer):
                 _Fault(kind, times, token, method, path_contains, retry_after, reset_in)
             )
 
+    def rate_limit(self, limit: int, *, reset_in: float) -> float:
+        """Every token may make `limit` API calls until `reset_in` seconds from now, then
+        5,000 an hour again. Returns the reset's time (epoch seconds, whole, as GitHub
+        announces it)."""
+        with self._lock:
+            self._limit = limit
+            self._reset_at = float(math.ceil(time.time() + reset_in))
+            self._remaining.clear()
+            return self._reset_at
+
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
@@ -271,6 +287,19 @@ class FakeGithub(LoopbackServer):
     def _set_status(self, index: int, status: int | None) -> None:
         with self._lock:
             self._requests[index] = _replace_status(self._requests[index], status)
+
+    def _spend(self, token: str | None) -> tuple[int, int, float]:
+        """One call of `token`'s window: (limit, remaining after it, reset); remaining is
+        -1 when the window had none left."""
+        with self._lock:
+            now = time.time()
+            if now >= self._reset_at:
+                self._limit, self._reset_at = 5000, float(math.ceil(now + 3600))
+                self._remaining.clear()
+            key = token or "-"
+            left = self._remaining.get(key, self._limit)
+            self._remaining[key] = max(0, left - 1)
+            return self._limit, left - 1, self._reset_at
 
     def _take_fault(self, method: str, path: str, token: str | None) -> _Fault | None:
         with self._lock:
@@ -341,6 +370,17 @@ class _Handler(BaseHTTPRequestHandler):
         index = fake._record(
             RecordedRequest(method, path, query, token, time.monotonic(), time.time(), None)
         )
+        rate = fake._spend(token) if path.startswith(API_PREFIX) else (0, 0, 0.0)
+        if rate[1] < 0:
+            fake.over_limit += 1
+            fake._set_status(index, 403)
+            limit, _, reset_at = rate
+            self._send(
+                403,
+                {"message": "API rate limit exceeded for user."},
+                self._rate_headers((limit, 0, reset_at)),
+            )
+            return
         fault = fake._take_fault(method, path, token)
         if fault is not None and fault.kind in ("reset", "timeout"):
             if fault.kind == "timeout":
@@ -358,7 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fake._set_status(index, status)
         if path.startswith(API_PREFIX):
-            headers = {**self._rate_headers(token), **headers}
+            headers = {**self._rate_headers(rate), **headers}
         self._send(status, payload, headers)
 
     def _fault_reply(self, fault: _Fault) -> None:
@@ -406,17 +446,13 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _rate_headers(self, token: str | None) -> dict[str, str]:
-        fake = self.server.fake
-        with fake._lock:
-            key = token or "-"
-            fake._remaining[key] = max(0, fake._remaining[key] - 1)
-            remaining = fake._remaining[key]
+    def _rate_headers(self, rate: tuple[int, int, float]) -> dict[str, str]:
+        limit, remaining, reset_at = rate
         return {
-            "x-ratelimit-limit": "5000",
+            "x-ratelimit-limit": str(limit),
             "x-ratelimit-remaining": str(remaining),
-            "x-ratelimit-used": str(5000 - remaining),
-            "x-ratelimit-reset": str(int(time.time()) + 3600),
+            "x-ratelimit-used": str(limit - remaining),
+            "x-ratelimit-reset": str(int(reset_at)),
             "x-ratelimit-resource": "core",
         }
 

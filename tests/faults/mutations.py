@@ -40,6 +40,10 @@ GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 TOKENS = "services/api/src/san_api/auth/tokens.py"
+STREAM_SLOTS = "services/api/src/san_api/job_events/slots.py"
+JOB_EVENTS_ENDPOINT = "services/api/src/san_api/job_events/endpoints.py"
+CSRF = "services/api/src/san_api/admin/csrf.py"
+GITHUB_ENDPOINTS = "services/api/src/san_api/github/endpoints.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
@@ -67,6 +71,12 @@ OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
+QUOTAS = "libs/common/src/san_common/quotas.py"
+GITHUB_QUOTA = (
+    "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
+)
+USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
+USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
     "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
 )
@@ -494,6 +504,8 @@ MUTATIONS = (
             "_are_dead_lettered_with_one_warning",
             "tests/worker/test_deployments.py::"
             "test_foreign_and_unknown_job_messages_are_dead_lettered_with_their_reason",
+            "tests/faults/test_foreign_deployment.py::"
+            "test_a_foreign_consumer_and_foreign_messages_strand_nothing_and_leave_a_trace",
         ),
     ),
     Mutation(
@@ -905,6 +917,51 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "event-streams-uncapped-per-user",
+        "one user may open as many event streams as the process allows",
+        (Edit(STREAM_SLOTS, "if self._by_user[user_id] >= self.per_user:", "if False:"),),
+        (
+            "tests/api/test_job_event_limits.py::test_one_user_flooding_streams_is_capped_and"
+            "_others_and_probes_are_served",
+        ),
+    ),
+    Mutation(
+        "event-streams-live-forever",
+        "a stream of an unfinished job is never ended by the server",
+        (Edit(JOB_EVENTS_ENDPOINT, "            if wait <= 0:\n", "            if False:\n"),),
+        (
+            "tests/api/test_job_event_limits.py::test_a_stream_past_its_lifetime_is_closed_and"
+            "_resuming_loses_nothing",
+        ),
+    ),
+    Mutation(
+        "probes-not-exempt-from-the-cap",
+        "beyond the connection cap, the health and readiness probes are refused too",
+        (Edit(COMPAT, "return path not in exempt_paths", "return True"),),
+        (
+            "tests/api/test_edge.py::test_connections_beyond_the_cap_are_refused_with_503_but"
+            "_the_probes_are_answered",
+        ),
+    ),
+    Mutation(
+        "console-csrf-off",
+        "the console accepts unsafe requests with its cookie from any origin",
+        (Edit(CSRF, "return not same_origin(scope, headers)", "return False"),),
+        (
+            "tests/admin/test_csrf.py::test_a_cross_origin_form_post_to_every_unsafe_admin_route"
+            "_is_403_and_changes_nothing",
+        ),
+    ),
+    Mutation(
+        "github-routes-unlimited",
+        "PUT /me/github calls GitHub on every request, however many",
+        (Edit(GITHUB_ENDPOINTS, '    dependencies=upstream_limit("github-link"),\n', ""),),
+        (
+            "tests/github/test_upstream_limits.py::test_sixty_token_links_in_ten_seconds_reach"
+            "_github_at_most_the_burst",
+        ),
+    ),
+    Mutation(
         "token-time-claims-untyped",
         "a signed token's exp/nbf/iat are not type-checked (pyjwt takes digit strings)",
         (
@@ -1035,6 +1092,60 @@ MUTATIONS = (
         (
             "tests/e2e/test_startup_errors.py"
             "::test_make_run_on_a_busy_port_fails_fast_with_one_line",
+        ),
+    ),
+    Mutation(
+        "quota-ignored",
+        "the upstream budget is read but every call is admitted",
+        (Edit(QUOTAS, "(rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok", "true AS req_ok"),),
+        (GITHUB_QUOTA,),
+    ),
+    Mutation(
+        "budget-unchecked",
+        "the AI budget is never checked: neither at enqueue nor before a job runs",
+        (
+            Edit(
+                USAGE_BUDGETS,
+                "    limits = await limits_for(connection, user_id, defaults)\n"
+                "    if limits.unlimited:\n",
+                "    limits = await limits_for(connection, user_id, defaults)\n    if True:\n",
+            ),
+        ),
+        (
+            f"{USAGE_BUDGET_TESTS}::test_the_scrap_that_would_cross_the_budget_is_refused_at"
+            "_enqueue",
+            f"{USAGE_BUDGET_TESTS}::test_a_job_over_budget_at_run_time_waits_or_fails_without"
+            "_calling_the_ai",
+        ),
+    ),
+    Mutation(
+        "timeout-unenforced",
+        "the job type's timeout is not enforced: a hung AI call holds the try",
+        (
+            Edit(
+                EXECUTOR,
+                "async with asyncio.timeout(seconds) as deadline:",
+                "async with asyncio.timeout(None) as deadline:",
+            ),
+        ),
+        (
+            "tests/usage/test_timeouts.py"
+            "::test_a_hung_ai_call_times_out_at_the_deadline_and_the_retry_completes",
+        ),
+    ),
+    Mutation(
+        "checkpoint-unread",
+        "card analysis ignores its checkpoint: a retry asks the chat again and pays twice",
+        (
+            Edit(
+                "services/ai-worker/src/san_ai_worker/handlers/card_analysis.py",
+                "analysis = _from_checkpoint(job) or await",
+                "analysis = await",
+            ),
+        ),
+        (
+            "tests/usage/test_checkpoints.py"
+            "::test_a_failed_embedding_retry_reuses_the_chat_answer_and_pays_it_once",
         ),
     ),
 )

@@ -25,6 +25,7 @@ from san_common.broker.topology import Topology
 from san_common.crypto import TokenCipher
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.github import GithubClient
+from san_common.quotas import UpstreamQuotas
 from san_common.worker import RuntimeConfig, WorkerRuntime
 from san_github_worker.handlers import build_handlers
 from san_github_worker.locks import UserLocks
@@ -122,15 +123,30 @@ async def fresh_world(
 
 
 @pytest.fixture
+def upstream_quotas_on() -> bool:
+    """Whether the workers' GitHub client spends the shared upstream quotas (a module
+    overrides this fixture to turn them on)."""
+    return False
+
+
+@pytest.fixture
 async def worker_world(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fake_github: FakeGithub
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fake_github: FakeGithub,
+    upstream_quotas_on: bool,
 ) -> AsyncIterator[World]:
     """API + relay + github-worker + the star handler, all in-process, on a database of the
     test's own and a topology of its own."""
     engine = create_engine(fresh_db_url, pool_size=20)
     sessions = create_session_factory(engine)
     cipher = TokenCipher.from_setting(TOKEN_KEYS)
-    github_client = GithubClient(fake_github.api_url, timeout_seconds=1.0)
+    github_client = GithubClient(
+        fake_github.api_url,
+        timeout_seconds=1.0,
+        upstream_quotas=UpstreamQuotas(engine) if upstream_quotas_on else None,
+    )
     ai = build_provider("local")
     config = RuntimeConfig(prefetch=8, max_tries=3, backoff_seconds=0.05, lease_seconds=30)
     github_worker = WorkerRuntime(

@@ -11,6 +11,7 @@ from typing import Any
 from san_common.jobs.envelope import JobMessage
 from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.models import AsyncJob
+from san_common.usage import TryUsage
 from san_common.worker.handler import JobHandler
 from san_common.worker.store import Claim
 
@@ -77,6 +78,7 @@ class MemoryStore:
     fail_on: dict[str, BaseException] = field(default_factory=dict)
     finish_result: bool = True
     spent: int = 0
+    usage: list[TryUsage] = field(default_factory=list)
 
     def add(self, job: AsyncJob) -> AsyncJob:
         self.jobs[job.job_id] = job
@@ -136,6 +138,9 @@ class MemoryStore:
     async def defer(self, job_id: uuid.UUID, at: datetime) -> bool:
         self.deferred.append(at)
         return True
+
+    async def record_usage(self, spent: TryUsage) -> None:
+        self.usage.append(spent)
 
     def _settle(self, claim: Claim, status: str, outcome: TryOutcome) -> bool:
         job = claim.job

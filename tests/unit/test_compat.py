@@ -22,7 +22,7 @@ import uvicorn
 from sqlalchemy import inspect as sa_inspect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from san_common.compat import head_limited_httptools, new_orm_instance
+from san_common.compat import OVER_CAPACITY, head_limited_httptools, new_orm_instance
 from san_common.models import AsyncJob
 
 
@@ -116,13 +116,23 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+async def _capacity(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = b"over" if scope.get(OVER_CAPACITY) else b"ok"
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
 @asynccontextmanager
-async def _served(header_timeout: float, max_header_bytes: int) -> AsyncIterator[int]:
+async def _served(
+    header_timeout: float, max_header_bytes: int, app: Any = _ok, **caps: Any
+) -> AsyncIterator[int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        _ok,
-        http=head_limited_httptools(header_timeout, max_header_bytes),
+        app,
+        http=head_limited_httptools(header_timeout, max_header_bytes, **caps),
         lifespan="off",
         log_level="critical",
     )
@@ -161,3 +171,17 @@ async def test_the_subclassed_protocol_serves_refuses_a_large_head_and_times_a_s
         started = asyncio.get_running_loop().time()
         assert await _exchange(port, b"GET / HTTP/1.1\r\nhost: x\r\n") == b""  # closed
         assert asyncio.get_running_loop().time() - started < 3
+
+
+async def test_beyond_the_connection_cap_requests_are_marked_except_the_exempt_paths() -> None:
+    caps = {"max_connections": 2, "exempt_paths": frozenset({"/healthz"})}
+    async with _served(5, 4096, _capacity, **caps) as port:
+        request = b"GET %s HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        assert (await _exchange(port, request % b"/")).endswith(b"ok\r\n0\r\n\r\n")
+        _, idle = await asyncio.open_connection("127.0.0.1", port)  # one open: two with ours
+        try:
+            await asyncio.sleep(0.1)
+            assert b"over" in await _exchange(port, request % b"/me?x=1")
+            assert b"over" not in await _exchange(port, request % b"/healthz")
+        finally:
+            idle.close()

@@ -53,8 +53,19 @@ def new_orm_instance(cls: type[T], values: Mapping[str, Any]) -> T:
 # --- uvicorn and httptools (services/api/pyproject.toml) -------------------------------
 
 
-def head_limited_httptools(header_timeout: float, max_header_bytes: int) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with the two limits it lacks (docs/security.md):
+# The ASGI scope key the protocol sets on a request that arrived beyond the connection cap;
+# the app answers it (san_api.edge.CapacityMiddleware) instead of serving it.
+OVER_CAPACITY = "san.over_capacity"
+
+
+def head_limited_httptools(
+    header_timeout: float,
+    max_header_bytes: int,
+    *,
+    max_connections: int | None = None,
+    exempt_paths: frozenset[str] = frozenset(),
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with the limits it lacks (docs/security.md):
 
     - a request's head (request line and headers) is at most `max_header_bytes`, else 400
       and the connection closed — httptools buffers a header however large. Counted
@@ -63,11 +74,18 @@ def head_limited_httptools(header_timeout: float, max_header_bytes: int) -> type
     - a deadline for the head: from the connection's start, or from the first byte of a
       keep-alive connection's next request, until the head is complete (uvicorn itself
       only times idle keep-alive connections, so a request whose headers never end stayed
-      open forever).
+      open forever);
+    - a cap on open connections that spares the probes: with `max_connections`, a request
+      that arrives while that many connections (or requests) are open is marked
+      `OVER_CAPACITY` in its scope, for the app to refuse in its own words, unless its path
+      is one of `exempt_paths` (the health and readiness probes, which a flood of user
+      connections must not fail). uvicorn's own `limit_concurrency` (run uvicorn without
+      it) answers every path alike, in plain text.
 
-    Neither can be built on uvicorn's public surface (the ASGI app sees a request only once
+    None can be built on uvicorn's public surface (the ASGI app sees a request only once
     its head is complete), hence a subclass of its protocol, relying on its parser
-    callbacks, `cycle`, `transport`, `loop`, `logger` and `send_400_response`. Imported
+    callbacks, `cycle`, `transport`, `loop`, `logger`, `send_400_response`, `url`, `scope`
+    and the server's `connections` and `tasks`. Imported
     here, not at module level: only the API depends on uvicorn."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -124,7 +142,16 @@ def head_limited_httptools(header_timeout: float, max_header_bytes: int) -> type
         def on_headers_complete(self) -> None:
             self._in_head = False
             self._disarm_header_timer()
+            if max_connections is not None and self._over_capacity(max_connections):
+                # the scope this request's cycle is built from, in the call below
+                self.scope[OVER_CAPACITY] = True  # type: ignore[literal-required]
             super().on_headers_complete()
+
+        def _over_capacity(self, cap: int) -> bool:
+            if len(self.connections) < cap and len(self.tasks) < cap:
+                return False
+            path = self.url.split(b"?", 1)[0].decode("latin-1")
+            return path not in exempt_paths
 
         def on_message_complete(self) -> None:
             super().on_message_complete()

@@ -93,3 +93,12 @@ def init_worker_series(job_types: Iterable[str]) -> None:
         JOB_QUEUE_WAIT.labels(job_type)
     for reason in DEAD_LETTER_REASONS:
         MESSAGES_DEAD_LETTERED.labels(reason)
+
+
+# The AI usage ledger (san_common.usage): what the calls of each model and job type cost.
+AI_TOKENS = Counter(
+    "san_ai_tokens_total", "Tokens of answered AI calls", ["model", "job_type", "kind"]
+)
+AI_COST = Counter(
+    "san_ai_cost_usd_total", "Cost of answered AI calls (AI_PRICES)", ["model", "job_type"]
+)

@@ -70,6 +70,9 @@ class RetryPolicy:
         if isinstance(error, PermanentJobError) and not self.retry_everything:
             return GiveUp()
         retry_after = error.retry_after if isinstance(error, TransientJobError) else None
+        if retry_after is not None and getattr(error, "unbounded_wait", False):
+            # A wait the system itself imposes (a budget's reset): neither capped nor a try.
+            return Retry(max(0.0, retry_after), spends_try=False)
         if retry_after is not None and waits < self.max_rate_limit_waits:
             if retry_after > self.max_retry_after_seconds:
                 return GiveUp(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from san_ai_worker.ai.provider import build_provider
+from san_ai_worker.budget import BudgetGate
 from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
 from san_common import cli, probes
@@ -25,14 +26,19 @@ PROG = "san-ai-worker"
 
 async def amain(settings: AiWorkerSettings) -> None:
     engine = settings.database_engine(pool_size=settings.worker_prefetch + 2)
-    ai = build_provider(settings.ai_provider, **settings.provider_options())
-    github = settings.github_client()
+    upstream = settings.quotas(engine)
+    ai = build_provider(
+        settings.ai_provider, **settings.provider_options(), upstream_quotas=upstream
+    )
+    github = settings.github_client(upstream)
+    sessions = create_session_factory(engine)
     runtime = WorkerRuntime(
-        session_factory=create_session_factory(engine),
+        session_factory=sessions,
         amqp_url=settings.amqp_url,
         topology=Topology(settings.amqp_prefix),
         handlers=build_handlers(ai, github=github, cipher=settings.token_cipher()),
         config=settings.runtime_config(),
+        gate=BudgetGate(sessions, settings.default_budget(), settings.budget_at_run),
     )
     try:
         await require_database(PROG, engine, settings.database_url)

@@ -12,11 +12,14 @@ from fastapi import FastAPI
 from san_api import docs, health, openapi
 from san_api.admin import console
 from san_api.admin.broker import BrokerAdmin
+from san_api.admin.budgets import router as admin_budgets_router
+from san_api.admin.csrf import ConsoleCsrfMiddleware
 from san_api.admin.endpoints import router as admin_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
 from san_api.edge import (
     BodyTimeoutMiddleware,
+    CapacityMiddleware,
     SecurityHeadersMiddleware,
     UnhandledErrorMiddleware,
 )
@@ -25,12 +28,14 @@ from san_api.github.clients import GithubServices
 from san_api.github.endpoints import router as github_router
 from san_api.job_events.endpoints import router as job_events_router
 from san_api.job_events.hub import JobEventHub
+from san_api.job_events.slots import StreamSlots
 from san_api.jobs.endpoints import router as jobs_router
 from san_api.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
 from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
 from san_api.til.endpoints import router as til_router
+from san_api.usage.endpoints import router as usage_router
 from san_api.users.cache import ProvisionedUsers
 from san_api.users.endpoints import router as users_router
 from san_common import probes, tracing
@@ -76,6 +81,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
             timeout_seconds=timeout,
             probe_seconds=settings.sse_keepalive_seconds,
         )
+        app.state.stream_slots = StreamSlots(
+            per_user=settings.sse_streams_per_user,
+            total=settings.streams_max,
+            retry_after=settings.sse_retry_after_seconds,
+        )
         app.state.broker_admin = BrokerAdmin(
             settings.amqp_url, Topology(settings.amqp_prefix), settings.rabbitmq_management_url
         )
@@ -112,8 +122,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
     install_error_handlers(app)
     # innermost first: each add_middleware wraps the ones before it
     app.add_middleware(UnhandledErrorMiddleware)
+    app.add_middleware(ConsoleCsrfMiddleware, proxy_header=settings.admin_proxy_header)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
     app.add_middleware(BodyTimeoutMiddleware, seconds=settings.http_body_timeout_seconds)
+    app.add_middleware(CapacityMiddleware)
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(ObservabilityMiddleware)  # outermost: it sees every other layer
     for router in (
@@ -126,7 +138,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
         recall_quizzes_router,
         github_router,
         users_router,
+        usage_router,
         admin_router,
+        admin_budgets_router,
     ):
         app.include_router(router)
     console.install(app)

@@ -4,8 +4,10 @@
   head (`HTTP_MAX_HEADER_BYTES`; httptools itself has none), a time limit on receiving a
   request's headers (`HTTP_HEADER_TIMEOUT_SECONDS`, which also closes a
   connection that never sends a request; both in `san_common.compat`: they subclass
-  uvicorn's protocol), a cap on open connections (`HTTP_MAX_CONNECTIONS`, 503 beyond it)
-  and no `server` banner.
+  uvicorn's protocol), a cap on open connections (`HTTP_MAX_CONNECTIONS`) that spares the
+  health and readiness probes, and no `server` banner.
+- `CapacityMiddleware`: a request beyond the connection cap is answered 503 problem+json
+  with `Retry-After`, and its connection closed.
 - `BodyTimeoutMiddleware`: a request body must arrive within `HTTP_BODY_TIMEOUT_SECONDS` of
   the request's start (408, connection closed), whatever pace it drips at.
 - `SecurityHeadersMiddleware`: nosniff, no referrer, no framing, `Cache-Control: no-store`
@@ -26,8 +28,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from san_api.errors import PROBLEM_JSON, database_unavailable
+from san_api.health import PROBE_PATHS
 from san_api.settings import ApiSettings
-from san_common.compat import head_limited_httptools
+from san_common.compat import OVER_CAPACITY, head_limited_httptools
 from san_common.outages import DATABASE
 
 log = logging.getLogger(__name__)
@@ -50,10 +53,16 @@ def server_options(settings: ApiSettings) -> dict[str, Any]:
     """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (the API's edge limits)."""
     return {
         "http": head_limited_httptools(
-            settings.http_header_timeout_seconds, settings.http_max_header_bytes
+            settings.http_header_timeout_seconds,
+            settings.http_max_header_bytes,
+            max_connections=settings.http_max_connections,
+            exempt_paths=PROBE_PATHS,
         ),
-        "limit_concurrency": settings.http_max_connections,
+        "limit_concurrency": None,  # the protocol's cap instead: it spares the probes
         "timeout_keep_alive": settings.http_keep_alive_seconds,
+        # the client's address and scheme come from these proxies' X-Forwarded-* headers
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.api_forwarded_allow_ips,
         "server_header": False,
         "ws": "none",
     }
@@ -105,6 +114,32 @@ class BodyTimeoutMiddleware:
         except _BodyTooSlow as exc:
             if not started:
                 await send_problem(send, scope, 408, "REQUEST_TIMEOUT", str(exc.detail), close=True)
+
+
+BUSY_RETRY_AFTER_SECONDS = 2
+
+
+class CapacityMiddleware:
+    """Answers the requests the edge protocol marked as beyond the connection cap."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get(OVER_CAPACITY):
+            log.warning("connection cap reached: %s refused", scope.get("path", ""))
+            await send_problem(
+                send,
+                scope,
+                503,
+                "SERVER_BUSY",
+                "the server has too many open connections; retry shortly",
+                headers=[(b"retry-after", str(BUSY_RETRY_AFTER_SECONDS).encode())],
+                close=True,
+                title="The server is busy; retry later",
+            )
+            return
+        await self.app(scope, receive, send)
 
 
 class SecurityHeadersMiddleware:
@@ -188,11 +223,12 @@ async def send_problem(
     *,
     headers: list[tuple[bytes, bytes]] | None = None,
     close: bool = False,
+    title: str | None = None,
 ) -> None:
     body = json.dumps(
         {
             "type": f"https://san.example/problems/{code.lower().replace('_', '-')}",
-            "title": _TITLES[status],
+            "title": title or _TITLES[status],
             "status": status,
             "detail": detail,
             "code": code,

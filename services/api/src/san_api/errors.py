@@ -95,11 +95,35 @@ class RateLimited(AppError):
     code, status, title = "RATE_LIMITED", 429, "Too many requests; retry after the given time"
 
 
+class BudgetExceeded(AppError):
+    code, status, title = (
+        "BUDGET_EXCEEDED",
+        429,
+        "Your AI budget is spent; retry after it resets (`resetsAt`)",
+    )
+
+
 class TooManyActiveJobs(AppError):
     code, status, title = (
         "TOO_MANY_ACTIVE_JOBS",
         429,
         "Too many of your jobs are still pending or running; retry when some have finished",
+    )
+
+
+class TooManyStreams(AppError):
+    code, status, title = (
+        "TOO_MANY_STREAMS",
+        429,
+        "Too many of your event streams are open; close one or retry later",
+    )
+
+
+class StreamsBusy(AppError):
+    code, status, title = (
+        "STREAMS_BUSY",
+        503,
+        "This server holds as many event streams as it may; retry later",
     )
 
 

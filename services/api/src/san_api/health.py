@@ -15,6 +15,10 @@ from san_common.probes import Report
 
 router = APIRouter(tags=["health"])
 
+# Answered even beyond the connection cap (san_api.edge): a flood of user connections must
+# not make the orchestrator restart a healthy process or take it out of service.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+
 
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:

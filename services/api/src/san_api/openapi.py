@@ -58,7 +58,8 @@ _SHAPE: dict[int, str] = {
     404: "NOT_FOUND: no such resource for this user",
     408: "REQUEST_TIMEOUT: the body did not arrive in time",
     413: "CONTENT_TOO_LARGE: the body or content is over its limit",
-    429: "RATE_LIMITED, TOO_MANY_ACTIVE_JOBS: retry after `Retry-After` seconds",
+    429: "RATE_LIMITED, TOO_MANY_ACTIVE_JOBS, BUDGET_EXCEEDED (AI jobs; with `resetsAt`):"
+    " retry after `Retry-After` seconds",
     503: "DATABASE_UNAVAILABLE: retry after `Retry-After` seconds",
 }
 _WITH_RETRY_AFTER = {429, 503}

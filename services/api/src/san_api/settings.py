@@ -7,9 +7,10 @@ from pydantic import Field, model_validator
 from san_common.github.settings import GithubAccessSettings
 from san_common.local_secrets import PLACEHOLDERS, local_secret
 from san_common.settings import HttpUrl
+from san_common.usage.budgets import BudgetSettings
 
 
-class ApiSettings(GithubAccessSettings):
+class ApiSettings(GithubAccessSettings, BudgetSettings):
     reported_prefixes: ClassVar[tuple[str, ...]] = ("API_", "AUTH_")
     service_name: str = "api"
     api_host: str = "127.0.0.1"
@@ -41,6 +42,11 @@ class ApiSettings(GithubAccessSettings):
         gt=0,
         description="Longest wait on PostgreSQL for a connection, a connect or a statement",
     )
+    api_forwarded_allow_ips: str = Field(
+        default="127.0.0.1",
+        description="Proxies (IPs or CIDRs, comma-separated; * for any) whose X-Forwarded-For"
+        " and X-Forwarded-Proto are believed: the ingress or reverse proxy in front of the API",
+    )
     # The HTTP edge (san_api.edge, docs/security.md)
     http_max_header_bytes: int = Field(default=16_384, ge=1024, le=1_048_576)
     http_header_timeout_seconds: float = Field(default=10, gt=0)
@@ -53,6 +59,13 @@ class ApiSettings(GithubAccessSettings):
         default=30, ge=0, description="Bucket refill per user and endpoint"
     )
     rate_limit_jobs_burst: int = Field(default=10, ge=1, description="Bucket size")
+    rate_limit_github_per_minute: float = Field(
+        default=6,
+        ge=0,
+        description="Bucket refill per user and endpoint of the routes that call GitHub"
+        " (PUT /me/github, the OAuth flow, repository linking)",
+    )
+    rate_limit_github_burst: int = Field(default=5, ge=1, description="Their bucket size")
     active_jobs_max_per_user: int = Field(
         default=50, ge=1, description="PENDING/PROCESSING jobs one user may have"
     )
@@ -67,6 +80,9 @@ class ApiSettings(GithubAccessSettings):
         default="", description="Callback URL sent to GitHub; empty uses the OAuth app's own"
     )
     github_oauth_state_ttl_seconds: int = Field(default=600, ge=30, le=3600)
+    github_oauth_states_per_user: int = Field(
+        default=5, ge=1, le=100, description="Unused OAuth states kept per user; oldest go first"
+    )
     github_timeout_seconds: float = Field(default=10.0, gt=0)
     til_commit_max_path_suffix: int = Field(
         default=20, ge=0, le=1000, description="TIL/2026-12-02.md, then -1 … -N, then 409"
@@ -84,6 +100,22 @@ class ApiSettings(GithubAccessSettings):
         "consumers, unacked); empty: passive declares (depth and consumers only)",
     )
     sse_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
+    # Event streams (san_api.job_events, docs/security.md "Event streams")
+    sse_streams_per_user: int = Field(
+        default=10, ge=1, description="Open job event streams one user may hold per API process"
+    )
+    sse_streams_max: int | None = Field(
+        default=None,
+        ge=1,
+        description="Open job event streams per API process, below HTTP_MAX_CONNECTIONS;"
+        " unset: 40 % of it",
+    )
+    sse_stream_max_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="A stream is closed after this long; the client resumes with Last-Event-ID",
+    )
+    sse_retry_after_seconds: int = Field(default=10, ge=1)
     admin_bulk_limit: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @property
@@ -91,6 +123,20 @@ class ApiSettings(GithubAccessSettings):
         if self.api_docs_enabled is None:
             return self.san_env != "production"
         return self.api_docs_enabled
+
+    @property
+    def streams_max(self) -> int:
+        """SSE_STREAMS_MAX, or 40 % of HTTP_MAX_CONNECTIONS: streams are long-lived
+        connections, and the rest must stay free for every other request."""
+        if self.sse_streams_max is not None:
+            return self.sse_streams_max
+        return max(1, self.http_max_connections * 2 // 5)
+
+    @model_validator(mode="after")
+    def _streams_below_connections(self) -> ApiSettings:
+        if self.sse_streams_max is not None and self.sse_streams_max >= self.http_max_connections:
+            raise ValueError("SSE_STREAMS_MAX must be below HTTP_MAX_CONNECTIONS")
+        return self
 
     @model_validator(mode="after")
     def _auth_secret(self) -> ApiSettings:

@@ -26,7 +26,7 @@ PROG = "san-github-worker"
 async def amain(settings: GithubWorkerSettings) -> None:
     # Each in-flight job may hold one connection for its per-user lock besides its queries.
     engine = settings.database_engine(pool_size=2 * settings.worker_prefetch + 2)
-    github = settings.github_client()
+    github = settings.github_client(settings.quotas(engine))
     runtime = WorkerRuntime(
         session_factory=create_session_factory(engine),
         amqp_url=settings.amqp_url,

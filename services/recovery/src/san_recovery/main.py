@@ -31,7 +31,7 @@ from san_common.logs import configure_service_logging
 from san_common.probes import Readiness
 from san_common.process import serve
 from san_common.settings import load_settings
-from san_recovery import outbox_cleanup
+from san_recovery import outbox_cleanup, request_state
 from san_recovery.maintenance import Task, run_tasks
 from san_recovery.rescuer import LeaseRescuer
 from san_recovery.runner import run_requested, run_sweeps
@@ -109,6 +109,11 @@ def tasks(
             "outbox cleanup",
             settings.outbox_cleanup_interval_seconds,
             lambda: outbox_cleanup.clean(sessions, retention),
+        ),
+        Task(
+            "request-state cleanup",
+            settings.recovery_request_state_cleanup_seconds,
+            lambda: request_state.clean(sessions),
         ),
     ]
 

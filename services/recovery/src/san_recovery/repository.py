@@ -30,7 +30,9 @@ from san_common.jobs import registry
 from san_common.jobs.types import JobStatus, JobType
 from san_common.models import (
     AsyncJob,
+    GithubOAuthState,
     OutboxMessage,
+    RateLimitBucket,
     Scrap,
     SweepRequest,
     SweepRun,
@@ -535,4 +537,45 @@ async def delete_published_before(session: AsyncSession, retention: timedelta, l
         .scalar_subquery()
     )
     result = await session.execute(delete(OutboxMessage).where(OutboxMessage.id.in_(doomed)))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# -- per-request state of the API ---------------------------------------------------------------
+
+
+async def prune_idle_buckets(session: AsyncSession, *, idle_before: datetime, limit: int) -> int:
+    """Delete up to `limit` rate-limit buckets last taken before `idle_before`."""
+    doomed = (
+        select(RateLimitBucket.subject, RateLimitBucket.bucket)
+        .where(RateLimitBucket.updated_at < idle_before)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(RateLimitBucket).where(
+            tuple_(RateLimitBucket.subject, RateLimitBucket.bucket).in_(
+                select(doomed.c.subject, doomed.c.bucket)
+            ),
+            RateLimitBucket.updated_at < idle_before,
+        )
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def prune_spent_oauth_states(session: AsyncSession, *, now: datetime, limit: int) -> int:
+    """Delete up to `limit` OAuth states that can never be accepted again: used or expired."""
+    spent = (GithubOAuthState.used_at.is_not(None)) | (GithubOAuthState.expires_at <= now)
+    doomed = (
+        select(GithubOAuthState.state_hash)
+        .where(spent)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(GithubOAuthState).where(
+            GithubOAuthState.state_hash.in_(select(doomed.c.state_hash)), spent
+        )
+    )
     return int(result.rowcount)  # type: ignore[attr-defined]

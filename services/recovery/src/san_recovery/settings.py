@@ -80,6 +80,11 @@ class RecoverySettings(ServiceSettings):
         default=24.0, ge=0, description="Published outbox rows are deleted after this"
     )
     outbox_cleanup_interval_seconds: float = Field(default=300.0, gt=0)
+    recovery_request_state_cleanup_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How often idle rate-limit buckets and spent OAuth states are deleted",
+    )
     recovery_database_timeout_seconds: float = Field(
         default=30.0,
         gt=0,

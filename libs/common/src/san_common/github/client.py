@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
+from san_common import quotas
 from san_common.errors import redact
 from san_common.github.errors import (
     GithubNotFound,
@@ -89,8 +90,12 @@ class GithubClient:
         max_star_pages: int = 100,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.time,
+        upstream_quotas: quotas.Quotas | None = None,
     ) -> None:
         self._api = httpx.URL(api_url.rstrip("/") + "/")
+        # Shared by every worker of the deployment (san_common.quotas); off in the API,
+        # whose few calls a user waits on.
+        self._quotas = upstream_quotas or quotas.NoQuotas()
         self._max_star_pages = max_star_pages
         self._clock = clock
         self._http = httpx.AsyncClient(
@@ -236,20 +241,24 @@ class GithubClient:
         json: dict[str, Any] | None = None,
     ) -> httpx.Response:
         what = f"{method} {url.path}"
-        try:
-            response = await self._http.request(
-                method,
-                url,
-                params=params,
-                json=json,
-                headers={"Authorization": f"Bearer {token}"},
+        async with self._quotas.call(quotas.github_key(str(self._api), token)) as ticket:
+            try:
+                response = await self._http.request(
+                    method,
+                    url,
+                    params=params,
+                    json=json,
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+            except httpx.TimeoutException as exc:
+                raise GithubTransientError(f"GitHub timed out on {what}") from exc
+            except httpx.TransportError as exc:
+                raise GithubTransientError(
+                    f"GitHub connection failed on {what} ({type(exc).__name__})"
+                ) from exc
+            ticket.answered(
+                quotas.github_answer(response.headers, response.status_code, self._clock())
             )
-        except httpx.TimeoutException as exc:
-            raise GithubTransientError(f"GitHub timed out on {what}") from exc
-        except httpx.TransportError as exc:
-            raise GithubTransientError(
-                f"GitHub connection failed on {what} ({type(exc).__name__})"
-            ) from exc
         if response.is_success:
             return response
         raise classify(response, what, token, now=self._clock())

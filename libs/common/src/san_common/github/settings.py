@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from san_common.crypto import TokenCipher, resolve_keys
 from san_common.github.client import GithubClient
+from san_common.quotas import Quotas
 from san_common.settings import HttpUrl, ServiceSettings
 
 
@@ -24,8 +25,12 @@ class GithubAccessSettings(ServiceSettings):
         object.__setattr__(self, "token_encryption_keys", resolved)
         return self
 
-    def github_client(self) -> GithubClient:
-        return GithubClient(self.github_api_url, timeout_seconds=self.github_timeout_seconds)
+    def github_client(self, upstream_quotas: Quotas | None = None) -> GithubClient:
+        return GithubClient(
+            self.github_api_url,
+            timeout_seconds=self.github_timeout_seconds,
+            upstream_quotas=upstream_quotas,
+        )
 
     def token_cipher(self) -> TokenCipher:
         return TokenCipher.from_setting(self.token_encryption_keys)

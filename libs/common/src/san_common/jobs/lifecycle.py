@@ -106,11 +106,16 @@ class TryOutcome(StrEnum):
     RATE_LIMITED = "rate_limited"  # the remote side asked us to wait; no try spent
     LEASE_LOST = "lease_lost"  # the worker stopped renewing its lease; taken over
     RELEASED = "released"  # given back on shutdown or a database outage; no try spent
+    TIMED_OUT = "timed_out"  # the job type's timeout cancelled the handler; spends a try
 
 
 # Tries that count against a job's retry budget. A lost lease counts: a job that keeps
 # killing its worker must end, not loop.
-SPENT_OUTCOMES = (TryOutcome.RETRY.value, TryOutcome.LEASE_LOST.value)
+SPENT_OUTCOMES = (
+    TryOutcome.RETRY.value,
+    TryOutcome.LEASE_LOST.value,
+    TryOutcome.TIMED_OUT.value,
+)
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,7 @@ SELECT asked.job_id AS asked_id, claimed.*,
     -- from `taken_over`, not from the table
     CASE WHEN claimed.tries > 1 THEN
         (SELECT count(*) FROM async_job_tries AS t
-            WHERE t.job_id = claimed.job_id AND t.outcome IN ('retry', 'lease_lost'))
+            WHERE t.job_id = claimed.job_id AND t.outcome IN ('retry', 'lease_lost', 'timed_out'))
         + (SELECT count(*) FROM taken_over
             WHERE taken_over.job_id = claimed.job_id AND taken_over.outcome = 'lease_lost')
     ELSE 0 END AS spent_,
@@ -296,7 +301,7 @@ WITH expired AS (
 SELECT rescued.*,
     (SELECT count(*) FROM async_job_tries AS t
         WHERE t.job_id = rescued.job_id
-          AND (t.outcome IN ('retry', 'lease_lost') OR t.outcome IS NULL)) AS spent
+          AND (t.outcome IN ('retry', 'lease_lost', 'timed_out') OR t.outcome IS NULL)) AS spent
 FROM rescued
 """
 

@@ -20,6 +20,7 @@ from san_common.models.operations import (
     SweepRun,
     WorkerPresence,
 )
+from san_common.models.quotas import UpstreamQuota
 from san_common.models.rate_limits import RateLimitBucket
 from san_common.models.scraps import Scrap
 from san_common.models.til import (
@@ -28,10 +29,12 @@ from san_common.models.til import (
     RecallQuizGeneration,
     daily_summary_cards,
 )
+from san_common.models.usage import AiUsage, UserBudget
 from san_common.models.users import User
 
 __all__ = [
     "AdminAudit",
+    "AiUsage",
     "AsyncJob",
     "AsyncJobEvent",
     "AsyncJobTransition",
@@ -55,7 +58,9 @@ __all__ = [
     "SweepRun",
     "Tag",
     "TilGithubCommit",
+    "UpstreamQuota",
     "User",
+    "UserBudget",
     "WorkerPresence",
     "card_tags",
     "daily_summary_cards",

@@ -45,10 +45,13 @@ from typing import Any, Protocol
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 from pydantic import ValidationError
 
+from san_common import usage
 from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.errors import (
+    JobFailure,
     PermanentJobError,
     Stage,
+    TransientJobError,
     cause_chain,
     is_connection_loss,
     is_contention,
@@ -58,6 +61,7 @@ from san_common.jobs import registry
 from san_common.jobs.envelope import ENVELOPE_VERSION, JobMessage
 from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.jobs.types import JobStatus
+from san_common.models import AsyncJob
 from san_common.outages import DATABASE
 from san_common.retry import ROUND_BACKOFF, GiveUp, Retry, RetryPolicy
 from san_common.worker.handler import JobHandler, needs_load
@@ -99,6 +103,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     RETRY = "retry"
     RATE_LIMITED = "rate_limited"
+    TIMED_OUT = "timed_out"  # the job type's timeout cancelled `run`; retried like RETRY
     LEASE_LOST = "lease_lost"
     SKIPPED = "skipped"
     DEFERRED = "deferred"  # another worker holds the job: the message comes back later
@@ -159,6 +164,13 @@ class JobContext:
 
 
 Next = Callable[[], Awaitable[Outcome]]
+Gate = Callable[[AsyncJob], Awaitable[None]]
+
+
+class TimedOut(TransientJobError):
+    """`run` outlived its job type's `timeout_seconds` and was cancelled."""
+
+
 Middleware = Callable[[JobContext, Next], Awaitable[Outcome]]
 
 
@@ -181,7 +193,11 @@ class Executor:
         worker_id: str,
         middleware: Sequence[Middleware] = (),
         deployment_id: str | None = None,
+        gate: Gate | None = None,
     ) -> None:
+        # Asked before a claimed job runs (the AI worker's budget check): a `JobFailure` it
+        # raises settles the try like the handler's would, before any call is made.
+        self._gate = gate
         # Set by the runtime from the database before it consumes; None checks nothing.
         self.deployment_id = deployment_id
         self._warned_shared = False
@@ -347,12 +363,26 @@ class Executor:
                 if is_connection_loss(exc):
                     raise _Outage(exc) from exc
                 return await self._failed(context, claim, exc, Stage.LOAD)
-            try:
-                # `timeout`, not `wait_for`: no task of its own per job
-                async with asyncio.timeout(self._timeout(claim.job.job_type)):
-                    result = await handler.run(claim.job, payload)
-            except Exception as exc:  # the external call's failure, whatever its class
-                return await self._failed(context, claim, exc, Stage.CALL)
+            if self._gate is not None:
+                try:
+                    await self._gate(claim.job)
+                except JobFailure as exc:
+                    return await self._failed(context, claim, exc, Stage.WORKER)
+            job = claim.job
+            seconds = self._timeout(job.job_type)
+            with usage.collecting(job.job_id, claim.try_no, job.user_id, job.job_type) as spent:
+                try:
+                    # `timeout`, not `wait_for`: no task of its own per job. At the deadline
+                    # the handler is cancelled where it waits: its HTTP call is aborted and
+                    # its connection closed.
+                    async with asyncio.timeout(seconds) as deadline:
+                        result = await handler.run(job, payload)
+                except Exception as exc:  # the external call's failure, whatever its class
+                    await self._record_usage(spent)
+                    if isinstance(exc, TimeoutError) and deadline.expired():
+                        exc = TimedOut(f"{job.job_type} timed out after {seconds:g} s")
+                    return await self._failed(context, claim, exc, Stage.CALL)
+            await self._record_usage(spent)
             try:
                 stored = await self._store.finish(claim, handler, result)
             except Exception as exc:
@@ -374,6 +404,8 @@ class Executor:
         try:
             if isinstance(decision, Retry):
                 outcome = Outcome.RETRY if decision.spends_try else Outcome.RATE_LIMITED
+                if isinstance(exc, TimedOut):
+                    outcome = Outcome.TIMED_OUT
                 at = await self._store.retry(
                     claim,
                     delay=decision.after,
@@ -397,6 +429,21 @@ class Executor:
             if is_connection_loss(db_exc):
                 raise _Outage(db_exc) from db_exc
             raise
+
+    async def _record_usage(self, spent: usage.TryUsage) -> None:
+        """The try's AI calls into the ledger, whatever became of the try: they were paid
+        for. Best effort: a database outage loses these rows rather than the job's result
+        (logged with what was lost)."""
+        if not spent.calls:
+            return
+        try:
+            await self._store.record_usage(spent)
+        except Exception as exc:
+            _log_failure(
+                log.warning,
+                f"could not write {len(spent.calls)} AI call(s) to the usage ledger",
+                exc,
+            )
 
     def _lease_lost(self, context: JobContext) -> Outcome:
         log.warning("lease lost to another worker; this try's writes changed nothing")
@@ -451,10 +498,11 @@ class Executor:
             self._warned_shared = True
             log.warning(
                 "another deployment shares this worker's queues: its messages are"
-                " dead-lettered (reason %s), and its jobs wait until its own worker gets"
-                " them again. Give each deployment an AMQP_PREFIX or a RabbitMQ vhost of"
-                " its own (docs/operations.md). Further such messages are counted in"
-                " san_messages_dead_lettered_total, not logged.",
+                " dead-lettered (reason %s), and that deployment publishes its jobs"
+                " again. Give each deployment an AMQP_PREFIX or a RabbitMQ vhost of its"
+                " own (docs/operations.md, 'Separating deployments on one broker')."
+                " Further such messages are counted in san_messages_dead_lettered_total,"
+                " not logged.",
                 kind,
                 extra=fields,
             )

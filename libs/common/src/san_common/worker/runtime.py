@@ -19,7 +19,7 @@ from san_common.broker.topology import Topology
 from san_common.jobs import registry
 from san_common.worker import pauses
 from san_common.worker.consumer import Consumer
-from san_common.worker.executor import Executor, Middleware, RuntimeConfig
+from san_common.worker.executor import Executor, Gate, Middleware, RuntimeConfig
 from san_common.worker.handler import JobHandler
 from san_common.worker.middleware import DEFAULT_MIDDLEWARE
 from san_common.worker.presence import Presence
@@ -38,6 +38,7 @@ class WorkerRuntime:
         worker_id: str | None = None,
         middleware: Sequence[Middleware] = DEFAULT_MIDDLEWARE,
         store: JobStore | None = None,
+        gate: Gate | None = None,
     ) -> None:
         config = config or RuntimeConfig()
         for job_type in handlers:
@@ -50,6 +51,7 @@ class WorkerRuntime:
             config=config,
             worker_id=self.worker_id,
             middleware=middleware,
+            gate=gate,
         )
         self.consumer = Consumer(
             amqp_url=amqp_url,

@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from san_common import quotas
 from san_common.db.engine import create_engine
 from san_common.settings import ServiceSettings
 from san_common.worker.executor import RuntimeConfig
@@ -29,6 +30,15 @@ class WorkerSettings(ServiceSettings):
         gt=0,
         description="Longest wait on PostgreSQL for a connection, a connect or a statement",
     )
+
+    upstream_quotas: bool = Field(
+        default=True,
+        description="Pace AI and GitHub calls by budgets every worker shares (off: only the "
+        "upstream's 429 answers pace them)",
+    )
+
+    def quotas(self, engine: AsyncEngine) -> quotas.Quotas:
+        return quotas.UpstreamQuotas(engine) if self.upstream_quotas else quotas.NoQuotas()
 
     def database_engine(self, pool_size: int) -> AsyncEngine:
         """The worker's engine (docs/performance.md, "The engines"; docs/reliability.md,

@@ -22,6 +22,7 @@ from san_common.errors import is_connection_loss, is_contention
 from san_common.jobs import lifecycle as jobs
 from san_common.jobs.lifecycle import JobState, TryOutcome
 from san_common.models import AsyncJob
+from san_common.usage import TryUsage, ledger
 from san_common.worker.batching import Batcher
 from san_common.worker.handler import JobHandler, writes_one_statement
 
@@ -69,6 +70,10 @@ class JobStore(Protocol):
     async def extend(self, claim: Claim, lease: timedelta) -> bool: ...
 
     async def defer(self, job_id: uuid.UUID, at: datetime) -> bool: ...
+
+    async def record_usage(self, spent: TryUsage) -> None:
+        """A try's AI calls into the usage ledger (not fenced: they were paid for)."""
+        ...
 
 
 # How often a completion that lost a deadlock to another transaction is run again before
@@ -143,6 +148,7 @@ class SqlJobStore:
             self._claim_batch, max_size=max_batch, abandoned=self._release_abandoned
         )
         self._finishes: Batcher[_Finish, bool] = Batcher(self._finish_batch, max_size=max_batch)
+        self._usage: Batcher[TryUsage, None] = Batcher(self._usage_batch, max_size=max_batch)
         self._extends: Batcher[tuple[Claim, timedelta], bool] = Batcher(
             self._extend_batch, max_size=max_batch
         )
@@ -309,3 +315,11 @@ class SqlJobStore:
     async def defer(self, job_id: uuid.UUID, at: datetime) -> bool:
         async with self._sessions() as session, session.begin():
             return await jobs.schedule_message(session, job_id, at)
+
+    async def record_usage(self, spent: TryUsage) -> None:
+        await self._usage.submit(spent)
+
+    async def _usage_batch(self, batch: Sequence[TryUsage]) -> list[None]:
+        async with self._sessions() as session, session.begin():
+            await ledger.insert(session, batch)
+        return [None] * len(batch)

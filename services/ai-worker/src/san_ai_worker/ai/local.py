@@ -14,6 +14,9 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from san_ai_worker.ai.schemas import (
     CardAnalysis,
@@ -27,8 +30,12 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
+from san_common import usage
 from san_common.errors import PermanentJobError
 from san_common.models.base import EMBEDDING_DIMENSIONS
+from san_common.usage import Prices, estimate_tokens
+
+AnswerT = TypeVar("AnswerT", bound=BaseModel)
 
 TITLE_MAX = 80
 SUMMARY_MAX = 400
@@ -76,8 +83,17 @@ _CATEGORIES = {
 _CATEGORY_WORDS = {name: frozenset(words.split()) for name, words in _CATEGORIES.items()}
 
 
+CHAT_MODEL = "local"
+EMBEDDING_MODEL = "local-embedding"
+
+
 class LocalProvider:
-    """Deterministic stand-in for an AI server; needs no network and no model."""
+    """Deterministic stand-in for an AI server; needs no network and no model. It reports
+    usage like a server would (models `local` and `local-embedding`), its tokens estimated
+    from the texts' lengths, so a local run shows the ledger and budgets at work."""
+
+    def __init__(self, prices: Prices | None = None) -> None:
+        self._prices = prices or Prices()
 
     async def aclose(self) -> None:
         return None
@@ -88,12 +104,30 @@ class LocalProvider:
             raise PermanentJobError("scrap content is empty")
         title, body = _title_and_body(text)
         words = words_of(text)
-        return CardAnalysis(
+        answer = CardAnalysis(
             title=title,
             summary=_summary(body) or title,
             tags=_keywords(words, MAX_TAGS),
             category=_category(words),
         )
+        return self._chat(content, answer)
+
+    def _chat(self, prompt: str, answer: AnswerT) -> AnswerT:
+        completion = answer.model_dump_json()
+        prompt_tokens, completion_tokens = estimate_tokens(prompt), estimate_tokens(completion)
+        usage.record(
+            usage.AiCall(
+                model=CHAT_MODEL,
+                call="chat",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                embedding_tokens=0,
+                estimated=True,
+                latency_ms=0,
+                cost_usd=self._prices.cost(CHAT_MODEL, prompt_tokens, completion_tokens, 0),
+            )
+        )
+        return answer
 
     async def refine_scrap(self, content: str) -> ScrapRefine:
         text = content.replace("\r\n", "\n").replace("\r", "\n").translate(_INVISIBLE)
@@ -106,14 +140,18 @@ class LocalProvider:
         refined = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
         if not refined:
             raise PermanentJobError("scrap content is empty")
-        return ScrapRefine(refinedContent=refined)
+        return self._chat(content, ScrapRefine(refinedContent=refined))
 
     async def write_til(self, target_date: datetime.date, cards: Sequence[CardInput]) -> Til:
         day = target_date.isoformat()
+        prompt = "\n".join(f"{card.title}\n{card.summary}" for card in cards)
         if not cards:
-            return Til(
-                title=f"TIL {day}",
-                tilMarkdown=f"# TIL {day}\n\nNo knowledge cards were saved on this day.\n",
+            return self._chat(
+                prompt,
+                Til(
+                    title=f"TIL {day}",
+                    tilMarkdown=f"# TIL {day}\n\nNo knowledge cards were saved on this day.\n",
+                ),
             )
         sections = [f"# TIL {day}"]
         for card in cards:
@@ -127,7 +165,7 @@ class LocalProvider:
                 parts.append("Tags: " + " ".join(f"#{tag}" for tag in tags))
             sections.append("\n\n".join(part for part in parts if part))
         title = _clip(f"TIL {day}: {_one_line(cards[0].title)}", 120)
-        return Til(title=title, tilMarkdown="\n\n".join(sections) + "\n")
+        return self._chat(prompt, Til(title=title, tilMarkdown="\n\n".join(sections) + "\n"))
 
     async def make_quizzes(
         self, cards: Sequence[CardInput], quiz_types: Sequence[str]
@@ -139,7 +177,8 @@ class LocalProvider:
             for card in cards
             for quiz_type in requested
         )
-        return RecallQuizSet(quizzes=list(itertools.islice(quizzes, MAX_QUIZZES)))
+        answer = RecallQuizSet(quizzes=list(itertools.islice(quizzes, MAX_QUIZZES)))
+        return self._chat("\n".join(f"{c.title}\n{c.summary}" for c in cards), answer)
 
     async def recommend_stars(
         self, stars: Sequence[StarInput], interests: Sequence[str]
@@ -158,9 +197,23 @@ class LocalProvider:
                     )
                 )
         ranked.sort(key=lambda rec: (-rec.score, rec.repoFullName))
-        return StarRecommendations(recommendations=ranked[:MAX_RECOMMENDATIONS])
+        answer = StarRecommendations(recommendations=ranked[:MAX_RECOMMENDATIONS])
+        return self._chat(" ".join([*interests, *(s.full_name for s in stars)]), answer)
 
     async def embed(self, text: str) -> list[float]:
+        tokens = estimate_tokens(text)
+        usage.record(
+            usage.AiCall(
+                model=EMBEDDING_MODEL,
+                call="embedding",
+                prompt_tokens=0,
+                completion_tokens=0,
+                embedding_tokens=tokens,
+                estimated=True,
+                latency_ms=0,
+                cost_usd=self._prices.cost(EMBEDDING_MODEL, 0, 0, tokens),
+            )
+        )
         return embedding_of(text)
 
 

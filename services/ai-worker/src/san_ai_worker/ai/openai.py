@@ -7,6 +7,7 @@ import datetime
 import functools
 import json
 import math
+import time
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -23,8 +24,10 @@ from san_ai_worker.ai.schemas import (
     Til,
     check_quiz_types,
 )
+from san_common import quotas, usage
 from san_common.errors import JobFailure, PermanentJobError, TransientJobError, redact
 from san_common.models.base import EMBEDDING_DIMENSIONS
+from san_common.usage import Prices, estimate_tokens
 
 AnswerT = TypeVar("AnswerT", bound=BaseModel)
 ResponseFormat = Literal["json_schema", "json_object"]
@@ -78,8 +81,15 @@ class OpenAICompatibleProvider:
         timeout_seconds: float,
         response_format: ResponseFormat = "json_schema",
         transport: httpx.AsyncBaseTransport | None = None,
+        prices: Prices | None = None,
+        upstream_quotas: quotas.Quotas | None = None,
+        quota_static: quotas.Static = quotas.NO_STATIC,
     ) -> None:
         self._api_key = api_key or ""
+        self._base_url = base_url
+        self._quotas = upstream_quotas or quotas.NoQuotas()
+        self._quota_static = quota_static
+        self._prices = prices or Prices()
         self._response_format = response_format
         self._chat_model = chat_model
         self._embedding_model = embedding_model
@@ -150,7 +160,16 @@ class OpenAICompatibleProvider:
             "input": text,
             "dimensions": EMBEDDING_DIMENSIONS,
         }
+        started = time.monotonic()
         body = await self._post("/embeddings", payload)
+        tokens = _usage_count(body, "prompt_tokens")
+        self._report(
+            self._embedding_model,
+            "embedding",
+            started,
+            embedding=tokens if tokens is not None else estimate_tokens(text),
+            estimated=tokens is None,
+        )
         try:
             raw = body["data"][0]["embedding"]
         except (KeyError, IndexError, TypeError) as exc:
@@ -181,7 +200,22 @@ class OpenAICompatibleProvider:
             ],
             "response_format": response_format,
         }
+        started = time.monotonic()
         body = await self._post("/chat/completions", payload)
+        prompt_tokens = _usage_count(body, "prompt_tokens")
+        completion_tokens = _usage_count(body, "completion_tokens")
+        self._report(
+            self._chat_model,
+            "chat",
+            started,
+            prompt=estimate_tokens(system + prompt) if prompt_tokens is None else prompt_tokens,
+            completion=(
+                estimate_tokens(_answer_text(body))
+                if completion_tokens is None
+                else completion_tokens
+            ),
+            estimated=prompt_tokens is None or completion_tokens is None,
+        )
         try:
             message = body["choices"][0]["message"]
             content, refusal = message.get("content"), message.get("refusal")
@@ -201,14 +235,13 @@ class OpenAICompatibleProvider:
             raise TransientJobError(_describe_invalid(name, exc)) from exc
 
     async def _post(self, path: str, payload: dict[str, Any]) -> Any:
-        try:
-            response = await self._client.post(path, json=payload)
-        except httpx.TimeoutException as exc:
-            raise TransientJobError(f"AI server timed out on {path}") from exc
-        except httpx.UnsupportedProtocol as exc:
-            raise PermanentJobError(f"AI base URL cannot be used for {path}") from exc
-        except httpx.TransportError as exc:
-            raise TransientJobError(f"AI server unreachable on {path}") from exc
+        key = quotas.ai_key(self._base_url, str(payload.get("model")))
+        estimate = quotas.estimate_call_tokens(payload)
+        async with self._quotas.call(key, estimate, self._quota_static) as ticket:
+            response = await self._send(path, payload)
+            ticket.answered(
+                quotas.openai_answer(response.headers, response.status_code, _total(response))
+            )
         if not response.is_success:
             raise self._status_error(path, response)
         try:
@@ -217,6 +250,42 @@ class OpenAICompatibleProvider:
             raise TransientJobError(
                 f"AI server answered {path} with a body that is not JSON"
             ) from exc
+
+    async def _send(self, path: str, payload: dict[str, Any]) -> httpx.Response:
+        try:
+            return await self._client.post(path, json=payload)
+        except httpx.TimeoutException as exc:
+            raise TransientJobError(f"AI server timed out on {path}") from exc
+        except httpx.UnsupportedProtocol as exc:
+            raise PermanentJobError(f"AI base URL cannot be used for {path}") from exc
+        except httpx.TransportError as exc:
+            raise TransientJobError(f"AI server unreachable on {path}") from exc
+
+    def _report(
+        self,
+        model: str,
+        call: usage.Call,
+        started: float,
+        *,
+        prompt: int = 0,
+        completion: int = 0,
+        embedding: int = 0,
+        estimated: bool,
+    ) -> None:
+        """One answered call into the try's usage (a call without an answer is not
+        reported: what the server counted for it is unknown)."""
+        usage.record(
+            usage.AiCall(
+                model=model,
+                call=call,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                embedding_tokens=embedding,
+                estimated=estimated,
+                latency_ms=round((time.monotonic() - started) * 1000),
+                cost_usd=self._prices.cost(model, prompt, completion, embedding),
+            )
+        )
 
     def _status_error(self, path: str, response: httpx.Response) -> JobFailure:
         status = response.status_code
@@ -244,6 +313,31 @@ class OpenAICompatibleProvider:
 @functools.cache
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema()
+
+
+def _usage_count(body: Any, name: str) -> int | None:
+    """`usage.<name>` of an answer, None when the answer does not say."""
+    counts = body.get("usage") if isinstance(body, dict) else None
+    value = counts.get(name) if isinstance(counts, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _total(response: httpx.Response) -> int | None:
+    """`usage.total_tokens` of an answer, for the upstream quota; None when it does not say."""
+    if not response.is_success:
+        return None
+    try:
+        return _usage_count(response.json(), "total_tokens")
+    except ValueError:
+        return None
+
+
+def _answer_text(body: Any) -> str:
+    try:
+        content = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
 
 
 def _render_cards(cards: Sequence[CardInput]) -> str:

@@ -19,6 +19,8 @@ from san_ai_worker.ai.schemas import (
     StarRecommendations,
     Til,
 )
+from san_common.quotas import NO_STATIC, Quotas, Static
+from san_common.usage import Prices
 
 
 class AiProvider(Protocol):
@@ -55,6 +57,9 @@ def build_provider(
     timeout_seconds: float = 60.0,
     response_format: ResponseFormat = "json_schema",
     transport: httpx.AsyncBaseTransport | None = None,
+    prices: Prices | None = None,
+    upstream_quotas: Quotas | None = None,
+    quota_static: Static = NO_STATIC,
 ) -> AiProvider:
     """`"openai"` (any OpenAI-compatible server) or `"local"` (offline, deterministic)."""
     if provider == "openai":
@@ -68,7 +73,10 @@ def build_provider(
             timeout_seconds=timeout_seconds,
             response_format=response_format,
             transport=transport,
+            prices=prices,
+            upstream_quotas=upstream_quotas,
+            quota_static=quota_static,
         )
     if provider == "local":
-        return LocalProvider()
+        return LocalProvider(prices)
     raise ValueError(f"unknown AI provider {provider!r}, expected 'openai' or 'local'")

@@ -1,5 +1,8 @@
 """TIL_GENERATION: the day's cards → AI TIL document + embedding → `daily_summaries`
-(docs/reference/job-rules.md §3.2)."""
+(docs/reference/job-rules.md §3.2).
+
+Two AI calls: when the embedding call fails after the chat call answered, the TIL is kept
+as the job's checkpoint and the next try only asks for the embedding (as card analysis)."""
 
 from __future__ import annotations
 
@@ -7,16 +10,19 @@ import uuid
 from dataclasses import dataclass
 from datetime import date
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_ai_worker import repository
 from san_ai_worker.ai.provider import AiProvider
 from san_ai_worker.ai.schemas import CardInput, Til
 from san_ai_worker.handlers.day_cards import card_input, load_day_cards
-from san_common.errors import PermanentJobError
+from san_common.errors import JobFailure, PermanentJobError
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, handles
+
+_CHECKPOINT_KEY = "til"
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,13 @@ class TilGenerationHandler(JobHandler[_Day, _Written]):
         return _Day(summary.target_date, [c.card_id for c in cards], [card_input(c) for c in cards])
 
     async def run(self, job: AsyncJob, day: _Day) -> _Written:
-        til = await self._ai.write_til(day.target_date, day.cards)
-        embedding = await self._ai.embed(f"{til.title}\n\n{til.tilMarkdown}")
+        til = _from_checkpoint(job) or await self._ai.write_til(day.target_date, day.cards)
+        try:
+            embedding = await self._ai.embed(f"{til.title}\n\n{til.tilMarkdown}")
+        except JobFailure as exc:
+            # The next try keeps this answer: it was paid for, and would not be the same.
+            exc.checkpoint = {_CHECKPOINT_KEY: til.model_dump(mode="json")}
+            raise
         return _Written(til, embedding, day.card_ids)
 
     async def store(self, session: AsyncSession, job: AsyncJob, written: _Written) -> None:
@@ -61,3 +72,13 @@ class TilGenerationHandler(JobHandler[_Day, _Written]):
         )
         if not stored:
             raise PermanentJobError(f"daily summary {job.target_id} was deleted during generation")
+
+
+def _from_checkpoint(job: AsyncJob) -> Til | None:
+    saved = (job.checkpoint or {}).get(_CHECKPOINT_KEY)
+    if saved is None:
+        return None
+    try:
+        return Til.model_validate(saved)
+    except ValidationError:
+        return None  # an older shape: ask again

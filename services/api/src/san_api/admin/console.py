@@ -8,6 +8,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
@@ -16,10 +17,11 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 from pydantic import ValidationError
 
 from san_api.admin import endpoints as api
-from san_api.admin import service
+from san_api.admin import notices, service
 from san_api.admin.auth import COOKIE, Operator, get_operator, operator_from_token
 from san_api.admin.schemas import BulkIn, DeadLetterAction, JobFilterIn, JobListQuery, SweepRunIn
 from san_api.deps import SessionDep, SettingsDep
@@ -30,6 +32,31 @@ from san_common.models.operations import SWEEP_NAMES
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=_HERE / "templates")
+
+
+def _when(moment: datetime | None, empty: str = "–") -> Markup:
+    """A time as `<time>` in UTC; console.js shows it in the browser's own zone."""
+    if moment is None:
+        return Markup(escape(empty))
+    utc = moment.astimezone(UTC)
+    return Markup('<time datetime="{}">{}</time>').format(
+        utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
+
+
+def _duration(seconds: float | None) -> str:
+    """Seconds as an operator reads them: 850 ms, 4.2 s, 3.5 min, 2.0 h."""
+    if seconds is None:
+        return "–"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["duration"] = _duration
 
 _STATUSES = [s.value for s in JobStatus]
 _TYPES = [t.value for t in JobType]
@@ -67,7 +94,7 @@ login_router = APIRouter(prefix="/admin", include_in_schema=False)
 def _page(
     request: Request, name: str, operator: Operator, nav: str, **context: Any
 ) -> HTMLResponse:
-    notice = request.query_params.get("notice")
+    notice = notices.message(request.query_params)
     return templates.TemplateResponse(
         request,
         name,
@@ -84,10 +111,17 @@ def _page(
     )
 
 
-def _back(url: str, notice: str, *, error: bool = False) -> RedirectResponse:
+def _back(
+    url: str, notice: notices.NoticeKey, *, error: bool = False, **params: object
+) -> RedirectResponse:
+    """Back to `url`, which shows `notice` (a key of `notices.MESSAGES`) with `params`."""
     sep = "&" if "?" in url else "?"
-    query = urlencode({"notice": notice, **({"error": "1"} if error else {})})
+    query = notices.query(notice, error=error, **params)
     return RedirectResponse(f"{url}{sep}{query}", status_code=303)
+
+
+def _refused(url: str, exc: AppError) -> RedirectResponse:
+    return _back(url, "refused", error=True, code=exc.code)
 
 
 async def _form(request: Request) -> dict[str, list[str]]:
@@ -120,7 +154,9 @@ async def login(request: Request, settings: SettingsDep) -> Response:
         max_age=_COOKIE_MAX_AGE,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # Secure unless in local development: behind a TLS-terminating proxy the request's
+        # scheme is https only if the proxy is trusted (API_FORWARDED_ALLOW_IPS)
+        secure=settings.san_env != "development" or request.url.scheme == "https",
         path="/admin",
     )
     return response
@@ -187,6 +223,8 @@ async def overview(
             count[cell.status] += cell.count
     active = sum(c.count for c in stats.totals if c.status in ("PENDING", "PROCESSING"))
     superseded = await service.superseded_since(session, stats.since)
+    workers = await api.workers(session)
+    timings = await api.timings(session, broker, minutes=60)
     return _page(
         request,
         "overview.html",
@@ -206,7 +244,12 @@ async def overview(
         queues_error=error,
         dead_letters=dead,
         totals={(c.jobType, c.status): c.count for c in stats.totals},
+        workers=workers,
+        timings=timings,
     )
+
+
+_TEXT_FILTERS = ("jobId", "user", "createdFrom", "createdTo", "finishedFrom", "finishedTo", "error")
 
 
 def _filter_from_query(request: Request) -> JobFilterIn:
@@ -215,9 +258,9 @@ def _filter_from_query(request: Request) -> JobFilterIn:
         "status": [s for s in params.getlist("status") if s],
         "type": [t for t in params.getlist("type") if t],
     }
-    for key in ("user", "createdFrom", "createdTo", "finishedFrom", "finishedTo", "error"):
+    for key in _TEXT_FILTERS:
         if params.get(key):
-            raw[key] = params[key]
+            raw[key] = params[key].strip()
     return JobFilterIn.model_validate(raw)
 
 
@@ -227,18 +270,21 @@ async def jobs_page(
 ) -> Response:
     try:
         form = _filter_from_query(request)
-    except ValidationError as exc:
-        return _back("/admin/jobs", f"invalid filter: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back("/admin/jobs", "invalid", error=True)
     cursor = request.query_params.get("cursor") or None
     query = JobListQuery.model_validate({**form.model_dump(), "cursor": cursor, "limit": 50})
-    page = await api.list_jobs(session, query)
+    try:
+        page = await api.list_jobs(session, query)
+    except AppError as exc:
+        return _refused("/admin/jobs", exc)
     pairs = [
         (k, v)
         for k, v in request.query_params.multi_items()
-        if k not in ("cursor", "notice", "error") and v
+        if k not in ("cursor", "notice", "error", *notices.PARAMETERS) and v
     ]
     bulk = None
-    if form.status or form.type or form.user or form.error or form.createdFrom:
+    if form.jobId or form.status or form.type or form.user or form.error or form.createdFrom:
         limit = settings.admin_bulk_limit
         f = api.to_filter(form)
         bulk = {
@@ -267,18 +313,19 @@ async def jobs_bulk(
     form = await _form(request)
     action = (form.pop("action", [""]) or [""])[0]
     raw: dict[str, Any] = {"status": form.get("status", []), "type": form.get("type", [])}
-    for key in ("user", "createdFrom", "createdTo", "finishedFrom", "finishedTo", "error"):
+    for key in _TEXT_FILTERS:
         if form.get(key):
-            raw[key] = form[key][0]
+            raw[key] = form[key][0].strip()
     back = "/admin/jobs?" + urlencode([(k, v) for k, vs in form.items() for v in vs])
     try:
         body = BulkIn.model_validate({"action": action, "filter": raw})
         result = await api.bulk_action(body, session, settings, operator)
-    except ValidationError as exc:
-        return _back(back, f"invalid bulk action: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back(back, "invalid", error=True)
     except AppError as exc:
-        return _back(back, exc.detail, error=True)
-    return _back(back, f"{action}: {result.count} job(s)")
+        return _refused(back, exc)
+    done: notices.NoticeKey = "bulk-retry" if body.action == "retry" else "bulk-cancel"
+    return _back(back, done, count=result.count)
 
 
 @router.get("/jobs/{jobId}", response_class=HTMLResponse)
@@ -294,8 +341,8 @@ async def job_retry(jobId: uuid.UUID, session: SessionDep, operator: ConsoleOper
     try:
         await api.retry_job(jobId, session, operator)
     except AppError as exc:
-        return _back(f"/admin/jobs/{jobId}", exc.detail, error=True)
-    return _back(f"/admin/jobs/{jobId}", "retry registered: same job id, a new try")
+        return _refused(f"/admin/jobs/{jobId}", exc)
+    return _back(f"/admin/jobs/{jobId}", "retried")
 
 
 @router.post("/jobs/{jobId}/cancel")
@@ -303,7 +350,7 @@ async def job_cancel(jobId: uuid.UUID, session: SessionDep, operator: ConsoleOpe
     try:
         await api.cancel_job(jobId, session, operator)
     except AppError as exc:
-        return _back(f"/admin/jobs/{jobId}", exc.detail, error=True)
+        return _refused(f"/admin/jobs/{jobId}", exc)
     return _back(f"/admin/jobs/{jobId}", "cancelled")
 
 
@@ -312,7 +359,7 @@ async def job_type_pause(
     jobType: JobType, session: SessionDep, operator: ConsoleOperator
 ) -> Response:
     await api.pause(jobType, session, operator)
-    return _back("/admin", f"{jobType.value} paused")
+    return _back("/admin", "paused", type=jobType.value)
 
 
 @router.post("/job-types/{jobType}/resume")
@@ -320,7 +367,7 @@ async def job_type_resume(
     jobType: JobType, session: SessionDep, operator: ConsoleOperator
 ) -> Response:
     await api.resume(jobType, session, operator)
-    return _back("/admin", f"{jobType.value} resumed")
+    return _back("/admin", "resumed", type=jobType.value)
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)
@@ -358,19 +405,22 @@ async def _dead_letter_post(
             request.app.state.broker_admin,
             operator.name,
         )
-    except ValidationError as exc:
-        return _back("/admin/dead-letters", f"invalid: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back("/admin/dead-letters", "invalid", error=True)
     except AppError as exc:
-        return _back("/admin/dead-letters", exc.detail, error=True)
+        return _refused("/admin/dead-letters", exc)
     if action == "purge":
-        return _back("/admin/dead-letters", f"{result.count} dead letter(s) purged")
-    notice = (
-        f"{result.count} re-driven, {result.notRedrivable} not re-drivable, {result.failed} failed"
+        return _back("/admin/dead-letters", "purged", count=result.count)
+    # the reasons of those left are in the list, which still shows them
+    left = any(i.result in ("not-redrivable", "failed") for i in result.items)
+    return _back(
+        "/admin/dead-letters",
+        "redriven",
+        error=left or not result.items,
+        count=result.count,
+        unredrivable=result.notRedrivable,
+        failed=result.failed,
     )
-    left = [i for i in result.items if i.result in ("not-redrivable", "failed")]
-    if left:  # the first one's reason; the list shows them all still there
-        notice += f" ({left[0].result}: {left[0].reason})"
-    return _back("/admin/dead-letters", notice, error=bool(left) or not result.items)
 
 
 @router.post("/dead-letters/redrive")
@@ -401,11 +451,11 @@ async def sweeps_run(request: Request, session: SessionDep, operator: ConsoleOpe
     try:
         body = SweepRunIn.model_validate({"sweeps": names})
         await api.run_sweeps(body, session, operator)
-    except ValidationError as exc:
-        return _back("/admin/sweeps", f"invalid: {exc.errors()[0]['msg']}", error=True)
+    except ValidationError:
+        return _back("/admin/sweeps", "invalid", error=True)
     except AppError as exc:
-        return _back("/admin/sweeps", exc.detail, error=True)
-    return _back("/admin/sweeps", f"requested: {', '.join(names)}")
+        return _refused("/admin/sweeps", exc)
+    return _back("/admin/sweeps", "sweeps-requested", sweeps=",".join(body.sweeps))
 
 
 @router.get("/audit", response_class=HTMLResponse)

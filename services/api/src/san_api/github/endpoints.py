@@ -25,8 +25,9 @@ from san_api.github.schemas import (
     StarRecommendationList,
     StarRecommendationView,
 )
-from san_api.limits.dependencies import job_limits
+from san_api.limits.dependencies import job_limits, upstream_limit
 from san_api.openapi import problems
+from san_common.jobs.types import JobType
 from san_common.models import GithubAccount, GithubRepository, TilGithubCommit
 
 router = APIRouter(tags=["github"])
@@ -35,6 +36,7 @@ router = APIRouter(tags=["github"])
 @router.put(
     "/me/github",
     response_model=GithubAccountView,
+    dependencies=upstream_limit("github-link"),
     responses=problems(errors.GithubTokenRejected, errors.GithubUnavailable, errors.GithubFailed),
 )
 async def link_github(
@@ -61,6 +63,7 @@ async def unlink_github(user: CurrentUser, session: SessionDep) -> Response:
 @router.get(
     "/me/github/oauth/authorize",
     response_model=OAuthStart,
+    dependencies=upstream_limit("github-oauth-authorize"),
     responses=problems(errors.OAuthNotConfigured),
 )
 async def start_oauth(
@@ -90,6 +93,7 @@ async def oauth_callback(
 @router.post(
     "/me/github/oauth/complete",
     response_model=GithubAccountView,
+    dependencies=upstream_limit("github-oauth-complete"),
     responses=problems(
         errors.OAuthStateInvalid,
         errors.OAuthStateNotYours,
@@ -117,6 +121,7 @@ async def complete_oauth(
     "/me/github/repositories",
     status_code=status.HTTP_201_CREATED,
     response_model=RepositoryView,
+    dependencies=upstream_limit("github-repositories"),
     responses=problems(
         errors.GithubNotLinked,
         errors.GithubRepositoryNotFound,
@@ -196,7 +201,9 @@ async def list_til_commits(
     "/github-star-recommendations",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=StarJobAccepted,
-    dependencies=job_limits("github-star-recommendations"),
+    dependencies=job_limits(
+        "github-star-recommendations", ai_jobs=(JobType.GITHUB_STAR_RECOMMENDATION,)
+    ),
     responses=problems(errors.GithubNotLinked, errors.DuplicateResource),
 )
 async def request_star_recommendations(user: CurrentUser, session: SessionDep) -> StarJobAccepted:

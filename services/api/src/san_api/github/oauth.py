@@ -47,6 +47,10 @@ async def start(
     state, verifier = new_state(), new_code_verifier()
     expires_at = datetime.now(UTC) + timedelta(seconds=settings.github_oauth_state_ttl_seconds)
     await repository.prune_oauth_states(session, user_id)
+    # with the one inserted below: at most GITHUB_OAUTH_STATES_PER_USER unused states
+    await repository.keep_newest_oauth_states(
+        session, user_id, settings.github_oauth_states_per_user - 1
+    )
     await repository.insert_oauth_state(
         session,
         state_hash=state_hash(state),

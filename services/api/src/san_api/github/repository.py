@@ -71,6 +71,23 @@ async def prune_oauth_states(session: AsyncSession, user_id: uuid.UUID) -> None:
     )
 
 
+async def keep_newest_oauth_states(session: AsyncSession, user_id: uuid.UUID, keep: int) -> None:
+    """Forget all but this user's `keep` newest states: a flow started earlier than those is
+    abandoned (the user started again), so the table stays bounded per user however often
+    the flow is started."""
+    newest = (
+        select(GithubOAuthState.state_hash)
+        .where(GithubOAuthState.user_id == user_id)
+        .order_by(GithubOAuthState.created_at.desc(), GithubOAuthState.state_hash)
+        .limit(keep)
+    )
+    await session.execute(
+        delete(GithubOAuthState).where(
+            GithubOAuthState.user_id == user_id, GithubOAuthState.state_hash.not_in(newest)
+        )
+    )
+
+
 async def insert_oauth_state(
     session: AsyncSession,
     *,

@@ -1,7 +1,11 @@
 """`GET /async-jobs/{jobId}/events`: the job's status changes as Server-Sent Events, to its
 owner only, until the job is final. Each event's `id` is its row in `async_job_events`; a
 client reconnecting with `Last-Event-ID` gets every later event. Once the job is final and
-the client has seen it, the answer is 204, which tells EventSource to stop reconnecting."""
+the client has seen it, the answer is 204, which tells EventSource to stop reconnecting.
+
+A stream lives at most `SSE_STREAM_MAX_SECONDS`: the server then ends it, and the client
+(EventSource does it by itself) reconnects with `Last-Event-ID`, losing nothing. How many
+streams a user and the process may hold: san_api.job_events.slots."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
@@ -17,9 +22,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import san_common.jobs.repository as jobs
 from san_api.deps import CurrentUser, SessionDep, SettingsDep
-from san_api.errors import NotFound, ValidationFailed
+from san_api.errors import NotFound, StreamsBusy, TooManyStreams, ValidationFailed
 from san_api.job_events import repository
 from san_api.job_events.hub import JobEventHub
+from san_api.job_events.slots import SlotStreamingResponse, StreamSlots
+from san_api.openapi import problems
 from san_common.jobs.types import TERMINAL_STATUSES
 from san_common.models import AsyncJobEvent
 
@@ -52,6 +59,7 @@ def _frame(event: AsyncJobEvent) -> str:
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "status events"},
         204: {"description": "the job is final and the client has seen its last event"},
+        **problems(TooManyStreams, StreamsBusy),
     },
 )
 async def job_events(
@@ -70,14 +78,33 @@ async def job_events(
     backlog = await repository.events_after(session, jobId, after)
     if not backlog and job.status in _FINAL:
         return Response(status_code=204)
+    slots: StreamSlots = request.app.state.stream_slots
+    slot = slots.take(user.user_id)  # the last check: nothing after it may refuse
     hub: JobEventHub = request.app.state.job_events
     sessions: async_sessionmaker[AsyncSession] = request.app.state.sessions
-    stream = _stream(hub, sessions, jobId, after, request, settings.sse_keepalive_seconds)
-    return StreamingResponse(
-        stream,
+    loop = asyncio.get_running_loop()
+    lifetime = Lifetime(
+        loop.time() + settings.sse_stream_max_seconds, settings.sse_keepalive_seconds
+    )
+    return SlotStreamingResponse(
+        _stream(hub, sessions, jobId, after, request, lifetime),
+        slot=slot,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """When the stream ends (loop time), and how long it may be silent meanwhile."""
+
+    ends_at: float
+    keepalive: float
+
+    def next_wait(self) -> float:
+        """Seconds to wait for a change before a keep-alive; 0 once the stream is over."""
+        left = self.ends_at - asyncio.get_running_loop().time()
+        return max(0.0, min(self.keepalive, left))
 
 
 async def _stream(
@@ -86,7 +113,7 @@ async def _stream(
     job_id: uuid.UUID,
     after: int,
     request: Request,
-    keepalive: float,
+    lifetime: Lifetime,
 ) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     async with hub.subscribe(job_id) as subscription:
@@ -103,7 +130,11 @@ async def _stream(
                 continue  # a long history: read on before waiting
             if await request.is_disconnected():
                 return
+            wait = lifetime.next_wait()
+            if wait <= 0:
+                yield ": lifetime over; reconnect with Last-Event-ID\n\n"
+                return
             try:
-                await asyncio.wait_for(subscription.wake.wait(), timeout=keepalive)
+                await asyncio.wait_for(subscription.wake.wait(), timeout=wait)
             except TimeoutError:
                 yield ": keepalive\n\n"

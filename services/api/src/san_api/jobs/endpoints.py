@@ -18,9 +18,11 @@ from san_api.deps import CurrentUser, SessionDep
 from san_api.errors import Conflict, NotFound, ValidationFailed
 from san_api.jobs import repository
 from san_api.openapi import problems
+from san_api.usage.schemas import UsageTotals
 from san_common.jobs import lifecycle
 from san_common.jobs.types import JobStatus
 from san_common.models import AsyncJob
+from san_common.usage import ledger
 
 router = APIRouter(tags=["jobs"])
 
@@ -42,6 +44,10 @@ class JobView(BaseModel):
     updatedAt: datetime
     startedAt: datetime | None
     finishedAt: datetime | None
+    usage: UsageTotals | None = Field(
+        default=None,
+        description="What the job's AI calls used, over all its tries (the job itself only)",
+    )
 
 
 class JobPage(BaseModel):
@@ -86,7 +92,9 @@ async def get_job(jobId: uuid.UUID, user: CurrentUser, session: SessionDep) -> J
     job = await jobs.get_for_user(session, jobId, user.user_id)
     if job is None:
         raise NotFound(f"job {jobId} not found")
-    return _view(job)
+    view = _view(job)
+    view.usage = UsageTotals.of(await ledger.of_job(session, jobId))
+    return view
 
 
 @router.delete(

@@ -16,8 +16,10 @@ user and the cap in that order.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -33,21 +35,40 @@ from san_api.deps import (
     transaction_on_connection,
     user_on_connection,
 )
-from san_api.errors import RateLimited, TooManyActiveJobs
+from san_api.errors import BudgetExceeded, RateLimited, TooManyActiveJobs
 from san_api.limits import repository
 from san_api.settings import ApiSettings
+from san_common.usage import budgets, ledger
+
+
+@dataclass(frozen=True)
+class BucketSize:
+    burst: int
+    per_minute: float
+
+
+def jobs_bucket(settings: ApiSettings) -> BucketSize:
+    return BucketSize(settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute)
+
+
+def github_bucket(settings: ApiSettings) -> BucketSize:
+    return BucketSize(settings.rate_limit_github_burst, settings.rate_limit_github_per_minute)
 
 
 class RateLimit:
-    """A token bucket: `RATE_LIMIT_JOBS_PER_MINUTE` refill, `RATE_LIMIT_JOBS_BURST` size."""
+    """A token bucket per user and `bucket`, sized by `size`: by default the job-creating
+    endpoints' (`RATE_LIMIT_JOBS_BURST`, `RATE_LIMIT_JOBS_PER_MINUTE`)."""
 
-    def __init__(self, bucket: str) -> None:
-        self.bucket = bucket
+    def __init__(
+        self, bucket: str, size: Callable[[ApiSettings], BucketSize] = jobs_bucket
+    ) -> None:
+        self.bucket, self.size = bucket, size
 
     async def __call__(self, request: Request, subject: SubjectDep, settings: SettingsDep) -> None:
         if not settings.rate_limit_enabled:
             return
-        burst, per_second = settings.rate_limit_jobs_burst, settings.rate_limit_jobs_per_minute / 60
+        size = self.size(settings)
+        burst, per_second = size.burst, size.per_minute / 60
         async with pooled_connection(request) as connection:
             left = await repository.take_token(
                 connection, subject, self.bucket, burst=burst, per_second=per_second
@@ -59,7 +80,7 @@ class RateLimit:
             )
         wait = max(1, math.ceil((1 - level) / per_second)) if per_second > 0 else 3600
         raise RateLimited(
-            f"at most {burst} requests at once and {settings.rate_limit_jobs_per_minute:g} per"
+            f"at most {burst} requests at once and {size.per_minute:g} per"
             f" minute to this endpoint; retry in {wait} s",
             headers={"Retry-After": str(wait)},
             retryAfterSeconds=wait,
@@ -67,10 +88,33 @@ class RateLimit:
 
 
 class JobQuota:
-    """At most `ACTIVE_JOBS_MAX_PER_USER` PENDING/PROCESSING jobs per user."""
+    """At most `ACTIVE_JOBS_MAX_PER_USER` PENDING/PROCESSING jobs per user; and, for a
+    request that adds AI jobs (`ai_jobs`, their types), an AI budget not yet spent."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, ai_jobs: Sequence[str] = ()) -> None:
         self.jobs = jobs
+        self.ai_jobs = [str(t) for t in ai_jobs]
+
+    async def refuse_over_budget(
+        self, connection: ledger.Connection, user_id: uuid.UUID, settings: ApiSettings
+    ) -> None:
+        """429 BUDGET_EXCEEDED when what the user spent, plus what such jobs cost them on
+        average, passes a limit (docs/operations.md, "Budgets"); nothing is registered."""
+        if not self.ai_jobs:
+            return
+        now = datetime.now(UTC)
+        exceeded = await budgets.check(
+            connection, user_id, settings.default_budget(), self.ai_jobs, now=now
+        )
+        if exceeded is None:
+            return
+        wait = exceeded.seconds_to_reset(now)
+        raise BudgetExceeded(
+            f"{exceeded.message}; it resets at {exceeded.resets_at.isoformat()}",
+            headers={"Retry-After": str(wait)},
+            retryAfterSeconds=wait,
+            resetsAt=exceeded.resets_at.isoformat(),
+        )
 
     def refuse_beyond_cap(self, active: int, settings: ApiSettings) -> None:
         cap = settings.active_jobs_max_per_user
@@ -88,15 +132,23 @@ class JobQuota:
 
 class ActiveJobQuota(JobQuota):
     async def __call__(self, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> None:
-        if not settings.rate_limit_enabled:
-            return
-        await repository.lock_user_jobs(session, user.user_id)
-        self.refuse_beyond_cap(await repository.count_active_jobs(session, user.user_id), settings)
+        if settings.rate_limit_enabled:
+            await repository.lock_user_jobs(session, user.user_id)
+            active = await repository.count_active_jobs(session, user.user_id)
+            self.refuse_beyond_cap(active, settings)
+        await self.refuse_over_budget(session, user.user_id, settings)
 
 
-def job_limits(bucket: str, *, jobs: int = 1) -> list[Any]:
-    """The route dependencies of a job-creating endpoint (`jobs`: how many it registers)."""
-    return [Depends(RateLimit(bucket)), Depends(ActiveJobQuota(jobs))]
+def upstream_limit(bucket: str) -> list[Any]:
+    """The route dependency of an endpoint that calls GitHub or stores state per request:
+    `RATE_LIMIT_GITHUB_BURST` at once, `RATE_LIMIT_GITHUB_PER_MINUTE` refill, per user."""
+    return [Depends(RateLimit(bucket, github_bucket))]
+
+
+def job_limits(bucket: str, *, jobs: int = 1, ai_jobs: Sequence[str] = ()) -> list[Any]:
+    """The route dependencies of a job-creating endpoint (`jobs`: how many it registers;
+    `ai_jobs`: the types of the AI jobs among them, checked against the user's budget)."""
+    return [Depends(RateLimit(bucket)), Depends(ActiveJobQuota(jobs, ai_jobs))]
 
 
 @dataclass(frozen=True)
@@ -115,8 +167,8 @@ class LimitedTransaction(JobQuota):
     of the framework's cost of `POST /scraps`, the API's hottest path (docs/performance.md).
     """
 
-    def __init__(self, bucket: str, jobs: int) -> None:
-        super().__init__(jobs)
+    def __init__(self, bucket: str, jobs: int, ai_jobs: Sequence[str] = ()) -> None:
+        super().__init__(jobs, ai_jobs)
         self.rate_limit = RateLimit(bucket)
 
     async def __call__(self, request: Request, subject: SubjectDep) -> AsyncIterator[JobRequest]:
@@ -128,10 +180,11 @@ class LimitedTransaction(JobQuota):
                 await repository.lock_user_jobs_on(connection, user.user_id)
                 active = await repository.count_active_jobs_on(connection, user.user_id)
                 self.refuse_beyond_cap(active, settings)
+            await self.refuse_over_budget(connection, user.user_id, settings)
             yield JobRequest(connection, user)
 
 
-def limited_transaction(bucket: str, *, jobs: int = 1) -> Any:
+def limited_transaction(bucket: str, *, jobs: int = 1, ai_jobs: Sequence[str] = ()) -> Any:
     """`Depends` on a `LimitedTransaction`; the transaction commits when the endpoint
     returns, before the response is sent (as `SessionDep`'s)."""
-    return Depends(LimitedTransaction(bucket, jobs), scope="function")
+    return Depends(LimitedTransaction(bucket, jobs, ai_jobs), scope="function")

@@ -14,6 +14,7 @@ from san_api.recall_quizzes.schemas import (
     RecallQuizCreate,
     RecallQuizGeneration,
 )
+from san_common.jobs.types import JobType
 
 router = APIRouter(tags=["recall quizzes"])
 
@@ -22,7 +23,7 @@ router = APIRouter(tags=["recall quizzes"])
     "/recall-quizzes",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=RecallQuizAccepted,
-    dependencies=job_limits("recall-quizzes"),
+    dependencies=job_limits("recall-quizzes", ai_jobs=(JobType.RECALL_QUIZ_GENERATION,)),
     responses=problems(errors.DateInFuture, errors.NoCardsForDate),
 )
 async def create_recall_quizzes(

@@ -8,11 +8,15 @@ from san_api.deps import SettingsDep
 from san_api.limits.dependencies import JobRequest, limited_transaction
 from san_api.scraps import service
 from san_api.scraps.schemas import ScrapAccepted, ScrapCreate
+from san_common.jobs.types import JobType
 
 router = APIRouter(tags=["scraps"])
 
 # rate limit, transaction, user, active-job cap (two jobs a scrap)
-ScrapRequest = Annotated[JobRequest, limited_transaction("scraps", jobs=2)]
+ScrapRequest = Annotated[
+    JobRequest,
+    limited_transaction("scraps", jobs=2, ai_jobs=(JobType.CARD_ANALYSIS, JobType.SCRAP_REFINE)),
+]
 
 
 @router.post("/scraps", status_code=status.HTTP_202_ACCEPTED, response_model=ScrapAccepted)

@@ -12,6 +12,7 @@ from san_api.limits.dependencies import job_limits
 from san_api.openapi import problems
 from san_api.til import service
 from san_api.til.schemas import IsoDate, RecallCards, Til, TilAccepted, TilCreate, TilPage
+from san_common.jobs.types import JobType
 
 router = APIRouter(tags=["til"])
 
@@ -20,7 +21,7 @@ router = APIRouter(tags=["til"])
     "/til",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TilAccepted,
-    dependencies=job_limits("til"),
+    dependencies=job_limits("til", ai_jobs=(JobType.TIL_GENERATION,)),
     responses=problems(errors.DateInFuture, errors.NoCardsForDate, errors.DuplicateResource),
 )
 async def create_til(body: TilCreate, user: CurrentUser, session: SessionDep) -> TilAccepted:
