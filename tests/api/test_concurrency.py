@@ -7,14 +7,16 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from san_api.app import create_app
 from san_api.settings import ApiSettings
-from san_common.models import AsyncJob, OutboxMessage, Scrap, User
+from san_common.jobs import lifecycle
+from san_common.models import OutboxMessage, Scrap, User
 from tests.api.support import (
     Sessions,
     embedding_at,
@@ -188,13 +190,15 @@ async def test_repost_while_analysis_is_pending_registers_nothing_and_names_the_
 
 
 async def _finish_analysis(sessions: Sessions, job_id: str, status: str) -> None:
-    """What the ai-worker would do to the job (no worker runs in this suite)."""
+    """What the ai-worker would do to the job (no worker runs in this suite): claim it,
+    then complete or fail that try, through the lifecycle like a worker."""
     async with sessions() as session, session.begin():
-        await session.execute(
-            update(AsyncJob)
-            .where(AsyncJob.job_id == uuid.UUID(job_id))
-            .values(status=status, finished_at=func.now())
-        )
+        job = await lifecycle.claim(session, uuid.UUID(job_id), "test-worker", timedelta(minutes=1))
+        assert job is not None
+        if status == "COMPLETED":
+            assert await lifecycle.complete(session, job.job_id, job.tries)
+        else:
+            assert await lifecycle.fail(session, job.job_id, job.tries, "boom", "failed")
 
 
 async def test_repost_after_the_card_exists_registers_no_job(

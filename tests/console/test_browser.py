@@ -155,15 +155,18 @@ async def a_scrap(sessions: Sessions, user_id: uuid.UUID) -> uuid.UUID:
     return scrap.id
 
 
-async def dead_letter(amqp_url: str, topology: Topology, job_type: JobType) -> None:
-    """A message for a job type no worker runs here, rejected so RabbitMQ dead-letters it."""
+async def dead_letter(
+    amqp_url: str, topology: Topology, job_type: JobType, job_id: uuid.UUID
+) -> None:
+    """A message of a job of a type no worker runs here, rejected so RabbitMQ dead-letters
+    it (a job of this deployment's, so that it can be re-driven)."""
     connection = await aio_pika.connect(amqp_url)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
         exchange = await channel.get_exchange(topology.jobs_exchange)
         body = {
             "message_id": str(uuid.uuid4()),
-            "job_id": str(uuid.uuid4()),
+            "job_id": str(job_id),
             "job_type": job_type.value,
             "target_id": str(uuid.uuid4()),
             "user_id": str(uuid.uuid4()),
@@ -201,7 +204,10 @@ async def test_operator_retries_a_failed_job_and_redrives_a_dead_letter(
             failed = await settled_job(sessions, job.job_id, within=WAIT)
             assert failed.status == "FAILED", failed.error_message
             fake_ai.set_fault(None)  # the AI is healthy again
-            await dead_letter(amqp_url, topology, JobType.TIL_GITHUB_COMMIT)
+            [commit_job] = await insert_jobs(
+                sessions, user_id, status="PENDING", job_type=JobType.TIL_GITHUB_COMMIT
+            )
+            await dead_letter(amqp_url, topology, JobType.TIL_GITHUB_COMMIT, commit_job)
             try:
                 await drive_the_console(Page(browser, base), job.job_id, topology)
             finally:

@@ -50,6 +50,7 @@ API_DEPS = "services/api/src/san_api/deps.py"
 API_ERRORS = "services/api/src/san_api/errors.py"
 API_LIMITS = "services/api/src/san_api/limits/dependencies.py"
 API_APP = "services/api/src/san_api/app.py"
+ADMIN_BROKER = "services/api/src/san_api/admin/broker.py"
 ENGINE = "libs/common/src/san_common/db/engine.py"
 WORKER_SETTINGS = "libs/common/src/san_common/worker/settings.py"
 RELAY_SETTINGS = "services/relay/src/san_relay/settings.py"
@@ -484,6 +485,36 @@ MUTATIONS = (
         ("tests/unit/test_executor.py::test_a_bug_that_repeats_does_not_spin_its_delivery",),
     ),
     Mutation(
+        "dead-letter-listing-consumes",
+        "listing dead letters takes them off the queue instead of giving each back",
+        (
+            Edit(
+                ADMIN_BROKER,
+                "                            await message.nack(requeue=True)\n",
+                "                            await message.ack()\n",
+            ),
+        ),
+        (
+            "tests/admin/test_dead_letters.py::"
+            "test_every_dead_letter_says_why_listing_changes_nothing_and_redrive_reports_each",
+        ),
+    ),
+    Mutation(
+        "redrive-unchecked",
+        "re-drive publishes a dead letter that could only be dead-lettered again (no check)",
+        (
+            Edit(
+                ADMIN_BROKER,
+                "why = not_redrivable(message, deployment_id, known)",
+                "why = None",
+            ),
+        ),
+        (
+            "tests/admin/test_dead_letters.py::"
+            "test_every_dead_letter_says_why_listing_changes_nothing_and_redrive_reports_each",
+        ),
+    ),
+    Mutation(
         "foreign-or-unknown-acked",
         "a message of another deployment, or of a job this deployment does not know, is "
         "acked as skipped instead of dead-lettered",
@@ -508,6 +539,8 @@ MUTATIONS = (
             "_are_dead_lettered_with_one_warning",
             "tests/worker/test_deployments.py::"
             "test_foreign_and_unknown_job_messages_are_dead_lettered_with_their_reason",
+            "tests/faults/test_foreign_deployment.py::"
+            "test_a_foreign_consumer_and_foreign_messages_strand_nothing_and_leave_a_trace",
         ),
     ),
     Mutation(

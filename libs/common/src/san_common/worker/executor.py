@@ -498,10 +498,11 @@ class Executor:
             self._warned_shared = True
             log.warning(
                 "another deployment shares this worker's queues: its messages are"
-                " dead-lettered (reason %s), and its jobs wait until its own worker gets"
-                " them again. Give each deployment an AMQP_PREFIX or a RabbitMQ vhost of"
-                " its own (docs/operations.md). Further such messages are counted in"
-                " san_messages_dead_lettered_total, not logged.",
+                " dead-lettered (reason %s), and that deployment publishes its jobs"
+                " again. Give each deployment an AMQP_PREFIX or a RabbitMQ vhost of its"
+                " own (docs/operations.md, 'Separating deployments on one broker')."
+                " Further such messages are counted in san_messages_dead_lettered_total,"
+                " not logged.",
                 kind,
                 extra=fields,
             )
