@@ -24,8 +24,8 @@ from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbit, pytest.mark.timeout(1200)]
 
-JOBS = int(os.environ.get("QUOTA_JOBS", "100"))
-WINDOW = float(os.environ.get("QUOTA_WINDOW_SECONDS", "10"))
+JOBS = int(os.environ.get("QUOTA_JOBS", "90"))
+WINDOW = float(os.environ.get("QUOTA_WINDOW_SECONDS", "30"))
 REQUESTS_PER_MINUTE, TOKENS_PER_MINUTE = 120, 40_000
 MODES = ["on", "off"] if os.environ.get("QUOTA_COMPARE") else ["on"]
 
