@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+import time
 import uuid
 from collections.abc import Callable
 
 import asyncpg
 
-from san_common.errors import cause_chain
 from san_common.jobs.lifecycle import CANCEL_CHANNEL
-
-log = logging.getLogger("san_common.worker")
+from san_common.outages import DATABASE
 
 _RECONNECT_SECONDS = 1.0
 _PROBE_SECONDS = 15.0
@@ -40,18 +38,17 @@ class CancelListener:
     async def run(self, stop: asyncio.Event) -> None:
         """Listen until `stop` is set, reconnecting after any loss."""
         while not stop.is_set():
+            began = time.monotonic()
             try:
-                await self._listen(stop)
+                await self._listen(stop, began)
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning(
-                    "cancel LISTEN connection lost; listening again",
-                    extra={"fields": {"error": cause_chain(exc)[:300]}},
-                )
+                # one WARNING per outage for the whole process, not one per loop
+                DATABASE.lost(exc, "listening for cancels")
             self.listening.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), _RECONNECT_SECONDS)
 
-    async def _listen(self, stop: asyncio.Event) -> None:
+    async def _listen(self, stop: asyncio.Event, began: float) -> None:
         connection = await asyncpg.connect(
             self._url, timeout=self._timeout, command_timeout=self._timeout
         )
@@ -60,10 +57,11 @@ class CancelListener:
             connection.add_termination_listener(lambda _conn: lost.set())
             await connection.add_listener(CANCEL_CHANNEL, self._heard)
             self.listening.set()
+            DATABASE.answered(began)
             while not stop.is_set() and not lost.is_set():
                 waits = [asyncio.ensure_future(e.wait()) for e in (stop, lost)]
                 _, pending = await asyncio.wait(
-                    waits, timeout=_PROBE_SECONDS, return_when="FIRST_COMPLETED"
+                    waits, timeout=_PROBE_SECONDS, return_when=asyncio.FIRST_COMPLETED
                 )
                 for waiting in pending:
                     waiting.cancel()
