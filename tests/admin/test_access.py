@@ -46,6 +46,7 @@ def admin_routes() -> list[tuple[str, str]]:
 def concrete(path: str) -> str:
     """Fill path parameters with valid values, so the request reaches the role check."""
     path = path.replace("{jobId}", str(uuid.uuid4())).replace("{jobType}", "CARD_ANALYSIS")
+    path = path.replace("{userId}", str(uuid.uuid4()))
     assert not re.search(r"\{\w+\}", path), f"unknown path parameter in {path}"
     return path
 

@@ -254,7 +254,7 @@ async def test_bad_ids_and_queries_are_400(
         ("POST", "/scrap"),
         ("GET", "/cards"),
         ("GET", f"/cards/{SOME_ID}/similar-cards/extra"),
-        ("GET", "/async-jobs"),
+        ("GET", f"/async-jobs/{SOME_ID}/tries"),
     ],
 )
 async def test_unknown_route_is_404_problem(

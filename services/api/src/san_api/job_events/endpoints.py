@@ -27,8 +27,10 @@ from san_api.job_events import repository
 from san_api.job_events.hub import JobEventHub
 from san_api.job_events.slots import SlotStreamingResponse, StreamSlots
 from san_api.openapi import problems
+from san_common.errors import is_connection_loss
 from san_common.jobs.types import TERMINAL_STATUSES
 from san_common.models import AsyncJobEvent
+from san_common.outages import DATABASE
 
 router = APIRouter(tags=["jobs"])
 
@@ -119,8 +121,16 @@ async def _stream(
     async with hub.subscribe(job_id) as subscription:
         while True:
             subscription.wake.clear()
-            async with sessions() as session:
-                events = await repository.events_after(session, job_id, after)
+            try:
+                async with sessions() as session:
+                    events = await repository.events_after(session, job_id, after)
+            except Exception as exc:
+                if not is_connection_loss(exc):
+                    raise
+                # the stream ends; the client comes back (`retry`) with Last-Event-ID once
+                # the database answers. The outage is the process's one WARNING.
+                DATABASE.lost(exc, "job-events stream")
+                return
             for event in events:
                 after = event.id
                 yield _frame(event)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from san_common.db.engine import plain_url
+from san_common.outages import DATABASE
 
 log = logging.getLogger(__name__)
 
@@ -102,18 +104,24 @@ class JobEventHub:
                 subscription.wake.set()
 
     def _on_lost(self, _conn: object) -> None:
-        log.warning("job-events LISTEN connection lost; listening again")
+        # INFO: listening again is routine; an outage behind it is the reconnect's one
+        # WARNING (san_common.outages), not a second line here
+        log.info("job-events LISTEN connection lost; listening again")
         self._wake_all()
         if self._keeper is None or self._keeper.done():
             self._keeper = asyncio.get_running_loop().create_task(self._reconnect())
 
     async def _reconnect(self) -> None:
         while self._subscribers:
+            began = time.monotonic()
             try:
                 await self._ensure_listening()
-                return
-            except (OSError, asyncpg.PostgresError):
+            except (OSError, asyncpg.PostgresError) as exc:
+                DATABASE.lost(exc, "job-events listener")
                 await asyncio.sleep(_RECONNECT_SECONDS)
+            else:
+                DATABASE.answered(began)
+                return
 
     def _wake_all(self) -> None:
         for group in self._subscribers.values():
