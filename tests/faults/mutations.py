@@ -1181,6 +1181,22 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "cancel-ignored",
+        "the worker ignores a cancel of the job it runs: the AI call is held to its end",
+        (
+            Edit(
+                EXECUTOR,
+                "        self._cancelled.add(job_id)\n"
+                "        deadline = self._deadlines.get(job_id)",
+                "        deadline = None",
+            ),
+        ),
+        (
+            "tests/usage/test_cancel.py"
+            "::test_the_owner_cancels_a_running_job_and_its_worker_stops_within_2_s",
+        ),
+    ),
+    Mutation(
         "checkpoint-unread",
         "card analysis ignores its checkpoint: a retry asks the chat again and pays twice",
         (
