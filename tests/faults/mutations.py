@@ -76,6 +76,10 @@ QUOTAS = "libs/common/src/san_common/quotas.py"
 GITHUB_QUOTA = (
     "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
 )
+AI_QUOTA = (
+    "tests/faults/test_upstream_quota.py"
+    "::test_two_workers_share_the_ai_quota_without_429s_or_spent_tries[on]"
+)
 USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
 USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
@@ -1129,7 +1133,19 @@ MUTATIONS = (
         "quota-ignored",
         "the upstream budget is read but every call is admitted",
         (Edit(QUOTAS, "(rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok", "true AS req_ok"),),
-        (GITHUB_QUOTA,),
+        (GITHUB_QUOTA, AI_QUOTA),
+    ),
+    Mutation(
+        "quota-per-process",
+        "each worker process keeps a budget of its own: the AI budget is not shared",
+        (
+            Edit(
+                QUOTAS,
+                'return f"ai {base_url} {model}"',
+                "return f\"ai {base_url} {model} {__import__('os').getpid()}\"",
+            ),
+        ),
+        (AI_QUOTA,),
     ),
     Mutation(
         "budget-unchecked",
