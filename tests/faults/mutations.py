@@ -1202,6 +1202,22 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "cancel-listener-not-reconnected",
+        "a worker whose LISTEN connection was lost stops hearing cancels",
+        (
+            Edit(
+                "libs/common/src/san_common/worker/cancels.py",
+                '                DATABASE.lost(exc, "listening for cancels")\n',
+                '                DATABASE.lost(exc, "listening for cancels")\n'
+                "                return\n",
+            ),
+        ),
+        (
+            "tests/usage/test_cancel.py"
+            "::test_after_its_listen_connection_is_killed_the_worker_hears_cancels_again",
+        ),
+    ),
+    Mutation(
         "checkpoint-unread",
         "card analysis ignores its checkpoint: a retry asks the chat again and pays twice",
         (

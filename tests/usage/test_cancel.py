@@ -10,16 +10,17 @@ import dataclasses
 import hashlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from san_common.jobs import registry
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, AsyncJobTry, KnowledgeCard, Scrap, User
+from san_common.worker.cancels import APPLICATION_NAME
 from tests.usage.conftest import System
 from tests.waiting import eventually, settled_job_via_api
 
@@ -44,6 +45,7 @@ def not_cancellable_while_running(job_type: str) -> Iterator[None]:
 async def _held_scrap(system: System, owner: str) -> tuple[uuid.UUID, str]:
     """A scrap of `owner` whose analysis runs, its AI call held: (scrap id, job id)."""
     content = f"cancel me {uuid.uuid4().hex}"
+    before = system.ai.chat_calls("card_analysis")  # the fake AI serves the whole session
     async with system.sessions() as session, session.begin():
         user = User(external_id=owner)
         session.add(user)
@@ -59,7 +61,7 @@ async def _held_scrap(system: System, owner: str) -> tuple[uuid.UUID, str]:
     )
 
     async def held() -> bool:
-        return system.ai.chat_calls("card_analysis") >= 1
+        return system.ai.chat_calls("card_analysis") > before
 
     await eventually(held, within=15, what="the analysis's AI call to be held")
     return scrap.id, str(job.job_id)
@@ -68,16 +70,49 @@ async def _held_scrap(system: System, owner: str) -> tuple[uuid.UUID, str]:
 async def test_the_owner_cancels_a_running_job_and_its_worker_stops_within_2_s(
     system: System,
 ) -> None:
-    system.ai.delay_seconds = 20
-    system.ai.set_fault("hang", times=1)
+    await _cancel_and_check(system)
 
+
+async def test_after_its_listen_connection_is_killed_the_worker_hears_cancels_again(
+    system: System,
+) -> None:
+    listener = system.worker.cancels
+    await eventually(_listening(system), within=10, what="the worker to listen for cancels")
+    async with system.sessions() as session, session.begin():
+        killed = await session.scalar(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = :name"
+            ),
+            {"name": APPLICATION_NAME},
+        )
+    assert killed == 1
+
+    async def lost() -> bool:
+        return not listener.listening.is_set()
+
+    await eventually(lost, within=5, what="the worker to notice its LISTEN connection gone")
+    await _cancel_and_check(system)
+
+
+def _listening(system: System) -> Callable[[], Awaitable[bool]]:
     async def listening() -> bool:
         return system.worker.cancels.listening.is_set()
 
-    await eventually(listening, within=10, what="the worker to listen for cancels")
+    return listening
+
+
+async def _cancel_and_check(system: System) -> None:
+    """The owner cancels a job whose AI call is held for 20 s: the call is aborted within
+    2 s, the job ends CANCELLED with its one try `cancelled`, no card; a stranger's DELETE
+    is a 404."""
+    system.ai.delay_seconds = 20
+    system.ai.set_fault("hang", times=1)
+    await eventually(_listening(system), within=10, what="the worker to listen for cancels")
     subject = f"owner-{uuid.uuid4().hex}"
     owner = system.headers(subject)
     scrap_id, job_id = await _held_scrap(system, subject)
+    calls = system.ai.chat_calls("card_analysis")
 
     stranger = system.headers(f"stranger-{uuid.uuid4().hex}")
     refused = await system.api.delete(f"/async-jobs/{job_id}", headers=stranger)
@@ -109,7 +144,7 @@ async def test_the_owner_cancels_a_running_job_and_its_worker_stops_within_2_s(
     assert [(t.try_no, t.outcome) for t in tries] == [(1, "cancelled")]
     assert tries[0].finished_at is not None
     assert card is None
-    assert system.ai.chat_calls("card_analysis") == 1  # not retried
+    assert system.ai.chat_calls("card_analysis") == calls  # not retried
 
 
 async def test_a_running_job_that_may_not_be_stopped_answers_409_and_completes(

@@ -22,6 +22,8 @@ import asyncpg
 from san_common.jobs.lifecycle import CANCEL_CHANNEL
 from san_common.outages import DATABASE
 
+# How the connection shows in `pg_stat_activity`.
+APPLICATION_NAME = "san-cancel-listener"
 _RECONNECT_SECONDS = 1.0
 _PROBE_SECONDS = 15.0
 
@@ -50,7 +52,10 @@ class CancelListener:
 
     async def _listen(self, stop: asyncio.Event, began: float) -> None:
         connection = await asyncpg.connect(
-            self._url, timeout=self._timeout, command_timeout=self._timeout
+            self._url,
+            timeout=self._timeout,
+            command_timeout=self._timeout,
+            server_settings={"application_name": APPLICATION_NAME},
         )
         lost = asyncio.Event()
         try:
