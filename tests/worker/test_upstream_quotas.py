@@ -31,16 +31,17 @@ async def admitted(quotas: UpstreamQuotas, tokens: int = 0, static: Static = NO_
     return True
 
 
-async def test_an_unknown_budget_lets_one_probe_go_until_an_answer_says(
+async def test_an_unknown_budget_holds_nothing_back_until_an_answer_says(
     engine: AsyncEngine,
 ) -> None:
     quotas = UpstreamQuotas(engine)
-    assert await admitted(quotas)
-    with pytest.raises(QuotaWait) as waiting:
-        await quotas.reserve(KEY, 0, NO_STATIC)
-    assert waiting.value.retry_after == pytest.approx(1.0, abs=0.1)  # soon, not the probe's 30 s
-    assert await admitted(quotas) is False
-    await quotas.settle(KEY, 0, Answer(requests_remaining=3, requests_reset=30))
+    # Calls in flight against an upstream that has said nothing yet (a slow first answer
+    # must not hold every other worker back).
+    assert [await admitted(quotas) for _ in range(5)] == [True] * 5
+    await quotas.settle(KEY, 0, Answer())  # an answer without headers: still nothing known
+    assert [await admitted(quotas) for _ in range(5)] == [True] * 5
+    # 8 still in flight when the upstream says 11 left (it had not counted them): 3 more.
+    await quotas.settle(KEY, 0, Answer(requests_remaining=11, requests_reset=30))
     assert [await admitted(quotas) for _ in range(4)] == [True, True, True, False]
 
 
@@ -80,8 +81,9 @@ async def test_tokens_are_estimated_then_settled_with_the_reported_usage(
 async def test_a_reservation_nobody_settled_is_forgotten_when_its_window_ends(
     engine: AsyncEngine,
 ) -> None:
-    quotas = UpstreamQuotas(engine, probe_seconds=0.5)
-    assert await admitted(quotas)  # the probe's worker dies: never settled
-    assert await admitted(quotas) is False
+    quotas = UpstreamQuotas(engine, window_seconds=0.5)
+    static = Static(requests=1)
+    assert await admitted(quotas, static=static)  # its worker dies: never settled
+    assert await admitted(quotas, static=static) is False
     await asyncio.sleep(0.6)
-    assert await admitted(quotas)
+    assert await admitted(quotas, static=static)

@@ -9,9 +9,10 @@ is never sent: `reserve` raises `QuotaWait`, a wait until the reset that spends 
 holds no worker slot (the job waits PENDING in PostgreSQL, its next message due then).
 
 What is left is learned from the answers; before the first one, from static settings
-(requests and tokens per window), and with neither, one call at a time (a probe) until an
-answer says. What the headers say is lowered by the calls still in flight, which the
-upstream had not counted yet when it answered.
+(requests and tokens per window), and with neither, no limit until an answer or a 429
+says one (an upstream that sends no headers is not held back). What the headers say is
+lowered by the calls still in flight, which the upstream had not counted yet when it
+answered.
 """
 
 from __future__ import annotations
@@ -99,7 +100,9 @@ WITH cur AS (
     FOR UPDATE OF q
 ), decided AS (
     SELECT cur.*,
-        (rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok,
+        -- an unknown request budget holds nothing back: an upstream that sends no headers
+        -- meters nothing we can see, and serialising its calls would starve every worker
+        rr IS NULL OR rr >= 1 AS req_ok,
         -- a call estimated above the whole window still goes once the window is full
         tr IS NULL OR tr >= LEAST($2, coalesce(tokens_limit, $2)) AS tok_ok
     FROM cur
