@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LIFECYCLE = "libs/common/src/san_common/jobs/lifecycle.py"
 TRANSITIONS_MIGRATION = (
-    "libs/common/src/san_common/db/migrations/versions/0015_job_transitions_per_row.py"
+    "libs/common/src/san_common/db/migrations/versions/0016_job_transitions_check_linear.py"
 )
 LIFECYCLE_TESTS = "tests/worker/test_lifecycle.py"
 SUPERSEDED_TESTS = "tests/admin/test_superseded.py"
@@ -911,7 +911,7 @@ MUTATIONS = (
     Mutation(
         "undeclared-transition-allowed",
         "the database lets an UPDATE make a status change the lifecycle does not declare",
-        (Edit(TRANSITIONS_MIGRATION, "    IF NOT FOUND THEN\n", "    IF false THEN\n"),),
+        (Edit(TRANSITIONS_MIGRATION, "    IF FOUND THEN\n", "    IF false THEN\n"),),
         (
             f"{LIFECYCLE_TESTS}::"
             "test_an_undeclared_transition_written_as_raw_sql_is_refused[PENDING-COMPLETED]",
