@@ -8,6 +8,10 @@ It really listens on 127.0.0.1 (a free port) in a background thread, so the real
 code runs. Answers are canned but depend on the request: `recall_quiz` reads the
 `quiz_types: OX,SHORT_ANSWER` line of the user message, `star_recommendation` the
 `repo: owner/name` lines, `til` the `date:` and `title:` lines.
+
+`enforce_limits` makes it an upstream with a quota, as OpenAI's: requests and tokens per
+window and model, OpenAI's `x-ratelimit-*` headers on every answer, 429 with `retry-after`
+past either limit.
 """
 
 from __future__ import annotations
@@ -63,7 +67,61 @@ class FakeAiServer(LoopbackServer):
         self._fault_path: str | None = None
         self._requests: list[tuple[str, dict[str, Any]]] = []
         self._headers: list[dict[str, str]] = []
+        self._limits: tuple[int, int, float] | None = None  # requests, tokens, window (s)
+        self._windows: dict[str, list[float]] = {}  # model → [start, requests, tokens]
+        self.answered_at: list[float] = []  # time.monotonic() of each 200 within the limits
+        self.limited = 0  # 429s sent because a limit was spent
+        self.window_starts: list[float] = []  # time.monotonic() each window opened
         super().__init__(_Handler)
+
+    def enforce_limits(self, *, requests: int, tokens: int, window: float) -> None:
+        """At most `requests` calls and `tokens` tokens (as each answer's usage counts them)
+        per model in each `window` seconds, the window starting at its first call."""
+        with self._lock:
+            self._limits = (requests, tokens, window)
+            self._windows.clear()
+
+    def _admit(self, model: str) -> tuple[bool, dict[str, str]]:
+        """Whether a call of `model` is within the limits (counted if so), and the headers."""
+        if self._limits is None:
+            return True, {}
+        requests, tokens, window = self._limits
+        with self._lock:
+            now = time.monotonic()
+            state = self._windows.get(model)
+            if state is None or now >= state[0] + window:
+                state = self._windows[model] = [now, 0.0, 0.0]
+                self.window_starts.append(now)
+            admitted = state[1] < requests and state[2] < tokens
+            if admitted:
+                state[1] += 1
+            else:
+                self.limited += 1
+            left = state[0] + window - now
+            return admitted, self._limit_headers(state, left)
+
+    def _charge(self, model: str, used: int) -> dict[str, str]:
+        """Count an answered call's tokens; the headers after it."""
+        if self._limits is None:
+            return {}
+        with self._lock:
+            state = self._windows[model]
+            state[2] += used
+            self.answered_at.append(time.monotonic())
+            return self._limit_headers(state, state[0] + self._limits[2] - time.monotonic())
+
+    def _limit_headers(self, state: list[float], left: float) -> dict[str, str]:
+        assert self._limits is not None
+        requests, tokens, _ = self._limits
+        reset = f"{max(left, 0.0):.3f}s"
+        return {
+            "x-ratelimit-limit-requests": str(requests),
+            "x-ratelimit-remaining-requests": str(max(0, requests - int(state[1]))),
+            "x-ratelimit-reset-requests": reset,
+            "x-ratelimit-limit-tokens": str(tokens),
+            "x-ratelimit-remaining-tokens": str(max(0, tokens - int(state[2]))),
+            "x-ratelimit-reset-tokens": reset,
+        }
 
     @property
     def base_url(self) -> str:
@@ -213,6 +271,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path not in ("/v1/chat/completions", "/v1/embeddings"):
             self._send_json(404, _error(f"no route {path}"))
             return
+        admitted, limit_headers = fake._admit(str(body.get("model", "")))
+        if not admitted:
+            retry_after = limit_headers["x-ratelimit-reset-requests"].removesuffix("s")
+            self._send_json(
+                429,
+                _error("rate limit reached for requests or tokens"),
+                {**limit_headers, "retry-after": retry_after},
+            )
+            return
         fault = fake._take_fault(path)
         if fault == "hang":
             fake._hold(self.connection)
@@ -277,7 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if usage is not None:
             reply["usage"] = {**usage, "total_tokens": sum(usage.values())}
-        self._send_json(200, reply)
+        total = sum(usage.values()) if usage is not None else 0
+        self._send_json(200, reply, self.server.fake._charge(body.get("model", ""), total))
 
     def _embeddings(self, body: dict[str, Any], fault: Fault | None) -> None:
         if fault == "invalid_json":

@@ -78,6 +78,10 @@ QUOTAS = "libs/common/src/san_common/quotas.py"
 GITHUB_QUOTA = (
     "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
 )
+AI_QUOTA = (
+    "tests/faults/test_upstream_quota.py"
+    "::test_two_workers_share_the_ai_quota_without_429s_or_spent_tries[on]"
+)
 USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
 USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
@@ -1131,7 +1135,24 @@ MUTATIONS = (
         "quota-ignored",
         "the upstream budget is read but every call is admitted",
         (Edit(QUOTAS, "(rr IS NULL AND inf = 0) OR rr >= 1 AS req_ok", "true AS req_ok"),),
-        (GITHUB_QUOTA,),
+        (
+            GITHUB_QUOTA,
+            AI_QUOTA,
+            "tests/worker/test_upstream_quotas.py"
+            "::test_an_unknown_budget_lets_one_probe_go_until_an_answer_says",
+        ),
+    ),
+    Mutation(
+        "quota-per-process",
+        "each worker process keeps a budget of its own: the AI budget is not shared",
+        (
+            Edit(
+                QUOTAS,
+                'return f"ai {base_url} {model}"',
+                "return f\"ai {base_url} {model} {__import__('os').getpid()}\"",
+            ),
+        ),
+        (AI_QUOTA,),
     ),
     Mutation(
         "budget-unchecked",
@@ -1164,6 +1185,38 @@ MUTATIONS = (
         (
             "tests/usage/test_timeouts.py"
             "::test_a_hung_ai_call_times_out_at_the_deadline_and_the_retry_completes",
+        ),
+    ),
+    Mutation(
+        "cancel-ignored",
+        "the worker ignores a cancel of the job it runs: the AI call is held to its end",
+        (
+            Edit(
+                EXECUTOR,
+                "        self._cancelled.add(job_id)\n"
+                "        deadline = self._deadlines.get(job_id)",
+                "        deadline = None",
+            ),
+        ),
+        (
+            "tests/usage/test_cancel.py"
+            "::test_the_owner_cancels_a_running_job_and_its_worker_stops_within_2_s",
+        ),
+    ),
+    Mutation(
+        "cancel-listener-not-reconnected",
+        "a worker whose LISTEN connection was lost stops hearing cancels",
+        (
+            Edit(
+                "libs/common/src/san_common/worker/cancels.py",
+                '                DATABASE.lost(exc, "listening for cancels")\n',
+                '                DATABASE.lost(exc, "listening for cancels")\n'
+                "                return\n",
+            ),
+        ),
+        (
+            "tests/usage/test_cancel.py"
+            "::test_after_its_listen_connection_is_killed_the_worker_hears_cancels_again",
         ),
     ),
     Mutation(

@@ -183,6 +183,22 @@ async def _cancel(db: Sessions, job: Job) -> None:
         assert await lifecycle.cancel(session, [job.job_id], "cancelled by operator o") == 1
 
 
+async def _cancel_running(db: Sessions, job: Job) -> None:
+    try_no = await _claim(db, job)
+    async with db() as session, session.begin():
+        assert await lifecycle.cancel(session, [job.job_id], "cancelled by its owner") == 1
+    async with db() as session, session.begin():
+        # the worker's try no longer holds the job: what it writes later changes nothing
+        assert not await lifecycle.complete(session, job.job_id, try_no)
+        assert not await lifecycle.fail(session, job.job_id, try_no, "late", "late")
+        outcome = await session.scalar(
+            select(AsyncJobTry.outcome).where(
+                AsyncJobTry.job_id == job.job_id, AsyncJobTry.try_no == try_no
+            )
+        )
+    assert outcome == TryOutcome.CANCELLED
+
+
 async def _fail(db: Sessions, job: Job) -> None:
     await _failed(db, job)
 
@@ -202,6 +218,7 @@ SCENARIOS: dict[tuple[JobStatus, Event], Scenario] = {
     (F, Event.GIVE_UP): _give_up(F),
     (F, Event.RETRY): _retry,
     (P, Event.CANCEL): _cancel,
+    (R, Event.CANCEL_RUNNING): _cancel_running,
 }
 
 

@@ -121,7 +121,10 @@ WITH cur AS (
             -- refused while a probe is out: look again soon, not at the probe's deadline
             CASE WHEN NOT decided.req_ok THEN CASE WHEN decided.rr IS NULL THEN $5
                 ELSE coalesce(extract(epoch FROM decided.rr_at - now()), $5) END END,
-            CASE WHEN NOT decided.tok_ok THEN extract(epoch FROM decided.tr_at - now()) END
+            -- refused on tokens that calls in flight only reserved (their estimates are
+            -- settled with what they cost): look again soon, else at the reset
+            CASE WHEN NOT decided.tok_ok THEN CASE WHEN decided.tr + decided.inft >= $2 THEN $5
+                ELSE extract(epoch FROM decided.tr_at - now()) END END
         )::float8 AS wait
 )
 SELECT admitted, wait FROM kept

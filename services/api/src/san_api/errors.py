@@ -95,6 +95,14 @@ class RateLimited(AppError):
     code, status, title = "RATE_LIMITED", 429, "Too many requests; retry after the given time"
 
 
+class NotCancellable(AppError):
+    code, status, title = (
+        "NOT_CANCELLABLE",
+        409,
+        "This job is running and cannot be stopped safely; it will complete",
+    )
+
+
 class BudgetExceeded(AppError):
     code, status, title = (
         "BUDGET_EXCEEDED",

@@ -53,7 +53,8 @@ class Event(StrEnum):
     REVIVE = "revive"  # recovery: a ghost claimable again under its own id
     GIVE_UP = "give_up"  # recovery: a ghost, or a failed chain, that is not run again
     RETRY = "retry"  # an operator's retry of a FAILED job no newer job superseded
-    CANCEL = "cancel"  # an operator's cancel
+    CANCEL = "cancel"  # an owner's or an operator's cancel of a job not running
+    CANCEL_RUNNING = "cancel_running"  # the same, of a running job: its worker is told
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     _t(_F, Event.GIVE_UP, _F),
     _t(_F, Event.RETRY, _P),
     _t(_P, Event.CANCEL, _X),
+    _t(_R, Event.CANCEL_RUNNING, _X),
 )
 
 
@@ -107,6 +109,7 @@ class TryOutcome(StrEnum):
     LEASE_LOST = "lease_lost"  # the worker stopped renewing its lease; taken over
     RELEASED = "released"  # given back on shutdown or a database outage; no try spent
     TIMED_OUT = "timed_out"  # the job type's timeout cancelled the handler; spends a try
+    CANCELLED = "cancelled"  # its job was cancelled while it ran; the worker is told
 
 
 # Tries that count against a job's retry budget. A lost lease counts: a job that keeps
@@ -381,13 +384,39 @@ SELECT count(*) FROM async_jobs AS j
 WHERE j.status = 'FAILED' AND j.updated_at >= $1 AND {_NEWER}
 """
 
-# $1 jobs, $2 why. A PENDING job has no open try (every way out of PROCESSING closes it).
-_CANCEL = """
-UPDATE async_jobs AS j
-SET status = 'CANCELLED', error_message = $2, finished_at = now(), updated_at = now(),
-    worker_id = NULL, lease_expires_at = NULL, next_attempt_at = NULL
-WHERE j.job_id = ANY($1::uuid[]) AND j.status = 'PENDING'
-RETURNING j.job_id, j.job_type, j.target_id
+# The channel a running job's cancel is announced on (payload: the job id). Every worker
+# LISTENs to it (`san_common.worker.cancels`); the one running the job stops its handler.
+CANCEL_CHANNEL = "san_job_cancel"
+
+# $1 jobs, $2 why, $3 the job types that may be cancelled while PROCESSING. A PENDING job
+# has no open try (every way out of PROCESSING closes it); a PROCESSING one's open try ends
+# `cancelled`, so the worker's later writes are fenced out (the job is no longer
+# PROCESSING), and its worker is told in the same transaction: the NOTIFY is delivered on
+# commit, never for a cancel rolled back.
+_CANCEL = f"""
+WITH seen AS (
+    SELECT j.job_id, j.status AS was FROM async_jobs AS j
+    WHERE j.job_id = ANY($1::uuid[])
+      AND (j.status = 'PENDING' OR (j.status = 'PROCESSING' AND j.job_type = ANY($3::text[])))
+    ORDER BY j.job_id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE async_jobs AS j
+    SET status = 'CANCELLED', error_message = $2, finished_at = now(), updated_at = now(),
+        worker_id = NULL, lease_expires_at = NULL, next_attempt_at = NULL
+    FROM seen
+    WHERE j.job_id = seen.job_id AND j.status = seen.was
+    RETURNING j.job_id, j.job_type, j.target_id, j.tries, seen.was
+), ended AS (
+    UPDATE async_job_tries AS t
+    SET outcome = 'cancelled', error = $2, finished_at = now()
+    FROM cancelled
+    WHERE t.job_id = cancelled.job_id AND t.try_no = cancelled.tries AND t.outcome IS NULL
+      AND cancelled.was = 'PROCESSING'
+)
+SELECT job_id, job_type, target_id,
+    CASE WHEN was = 'PROCESSING' THEN pg_notify('{CANCEL_CHANNEL}', job_id::text) END
+FROM cancelled
 """
 
 
@@ -740,11 +769,20 @@ async def cancel(
     owner_message: str = "cancelled by an operator",
 ) -> int:
     """CANCEL: PENDING (including waiting for a retry) → CANCELLED, terminal; a worker
-    never claims it; `reason` is kept for operators. Its target row's mirror ends FAILED
-    with `owner_message`, what the row's owner may read. Returns how many."""
+    never claims it. CANCEL_RUNNING: PROCESSING → CANCELLED for a job type that may be
+    cancelled while it runs (`JobSpec.cancellable_while_running`): its open try ends
+    `cancelled` and its worker is told on `CANCEL_CHANNEL` to stop the handler. `reason` is
+    kept for operators. Its target row's mirror ends FAILED with `owner_message`, what the
+    row's owner may read. Returns how many."""
     if not job_ids:
         return 0
-    rows = await _run(session, _CANCEL, list(job_ids), reason[:MAX_ERROR_MESSAGE])
-    for _, job_type, target_id in rows:
+    rows = await _run(
+        session,
+        _CANCEL,
+        list(job_ids),
+        reason[:MAX_ERROR_MESSAGE],
+        registry.cancellable_while_running(),
+    )
+    for _, job_type, target_id, _ in rows:
         await _mirror_error(session, job_type, target_id, _FAILED, owner_message)
     return len(rows)

@@ -131,6 +131,9 @@ class JobSpec:
     # None: the consuming worker's settings (WORKER_MAX_TRIES, WORKER_BACKOFF_SECONDS…).
     retry: RetryPolicy | None = None
     timeout_seconds: float = 600.0  # of `run`: a hung call becomes a transient failure
+    # A running job of this type may be cancelled (its handler stopped). False where the
+    # effect cannot be taken back once the call is sent and nothing records that it was.
+    cancellable_while_running: bool = True
 
     def __post_init__(self) -> None:
         if self.mirror is not None and self.mirror.table is not self.target:
@@ -229,6 +232,9 @@ _BUILT_IN = (
         superseded=_live_commit_of_the_same_content,
         # The github-worker's own settings (WORKER_MAX_TRIES defaults to 5 there).
         retry=None,
+        # Nothing records that the PUT was sent before it is: a running commit may have
+        # made it already, so it is left to complete (docs/operations.md, "Cancelling").
+        cancellable_while_running=False,
     ),
 )
 
@@ -256,6 +262,11 @@ def job_types(consumer: str | None = None) -> list[str]:
 
 def mirrored() -> dict[str, Mirror]:
     return {t: s.mirror for t, s in _REGISTRY.items() if s.mirror is not None}
+
+
+def cancellable_while_running() -> list[str]:
+    """The job types a running job of which may be cancelled."""
+    return sorted(t for t, s in _REGISTRY.items() if s.cancellable_while_running)
 
 
 def register(spec: JobSpec) -> None:

@@ -104,6 +104,7 @@ class Outcome(StrEnum):
     RETRY = "retry"
     RATE_LIMITED = "rate_limited"
     TIMED_OUT = "timed_out"  # the job type's timeout cancelled `run`; retried like RETRY
+    CANCELLED = "cancelled"  # its job was cancelled while `run` ran: nothing written
     LEASE_LOST = "lease_lost"
     SKIPPED = "skipped"
     DEFERRED = "deferred"  # another worker holds the job: the message comes back later
@@ -211,6 +212,9 @@ class Executor:
         self.worker_id = worker_id
         # Jobs this process is running now, each with the event set when its delivery ends.
         self._active: dict[uuid.UUID, asyncio.Event] = {}
+        # The deadline of each job whose handler runs now, and the jobs cancelled meanwhile.
+        self._deadlines: dict[uuid.UUID, asyncio.Timeout] = {}
+        self._cancelled: set[uuid.UUID] = set()
 
     @property
     def job_types(self) -> list[str]:
@@ -265,7 +269,26 @@ class Executor:
             return await self._attempt(context, handler)
         finally:
             del self._active[job_id]
+            self._cancelled.discard(job_id)
             done.set()
+
+    def running(self, job_id: uuid.UUID) -> bool:
+        """A delivery of the job is being executed in this process."""
+        return job_id in self._active
+
+    def cancel_running(self, job_id: uuid.UUID) -> bool:
+        """The job was cancelled while it ran (`lifecycle.cancel`, announced on
+        `CANCEL_CHANNEL`): if this process runs it, its handler is stopped now, the way its
+        timeout would stop it — the upstream call aborted, its connection closed. The
+        cancel has already closed the try; what the handler would write is fenced out
+        anyway. True when this process runs the job."""
+        if job_id not in self._active:
+            return False
+        self._cancelled.add(job_id)
+        deadline = self._deadlines.get(job_id)
+        if deadline is not None:
+            deadline.reschedule(asyncio.get_running_loop().time())
+        return True
 
     async def _attempt(self, context: JobContext, handler: JobHandler[Any, Any]) -> Outcome:
         delivery = context.delivery
@@ -376,12 +399,20 @@ class Executor:
                     # the handler is cancelled where it waits: its HTTP call is aborted and
                     # its connection closed.
                     async with asyncio.timeout(seconds) as deadline:
+                        self._deadlines[job.job_id] = deadline
+                        if job.job_id in self._cancelled:  # cancelled while it loaded
+                            deadline.reschedule(asyncio.get_running_loop().time())
                         result = await handler.run(job, payload)
                 except Exception as exc:  # the external call's failure, whatever its class
                     await self._record_usage(spent)
+                    if job.job_id in self._cancelled:
+                        # The cancel ended the job and closed this try: nothing to write.
+                        return Outcome.CANCELLED
                     if isinstance(exc, TimeoutError) and deadline.expired():
                         exc = TimedOut(f"{job.job_type} timed out after {seconds:g} s")
                     return await self._failed(context, claim, exc, Stage.CALL)
+                finally:
+                    self._deadlines.pop(job.job_id, None)
             await self._record_usage(spent)
             try:
                 stored = await self._store.finish(claim, handler, result)

@@ -16,8 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import deployment, metrics
 from san_common.broker.topology import Topology
+from san_common.db.engine import bound_engine, plain_url
 from san_common.jobs import registry
 from san_common.worker import pauses
+from san_common.worker.cancels import CancelListener
 from san_common.worker.consumer import Consumer
 from san_common.worker.executor import Executor, Gate, Middleware, RuntimeConfig
 from san_common.worker.handler import JobHandler
@@ -73,12 +75,19 @@ class WorkerRuntime:
             job_types=[str(t) for t in handlers],
             interval=config.heartbeat_seconds,
         )
+        url = bound_engine(session_factory).url.render_as_string(hide_password=False)
+        self.cancels = CancelListener(
+            plain_url(url),
+            self.executor.cancel_running,
+            timeout_seconds=max(2.0, config.heartbeat_seconds),
+        )
         metrics.init_worker_series(str(t) for t in handlers)
 
     async def run(self, stop: asyncio.Event) -> None:
         self.executor.deployment_id = await deployment.identity(self._sessions)
         present = asyncio.Event()  # listed while it consumes or drains
         beating = asyncio.create_task(self.presence.run(present))
+        listening = asyncio.create_task(self.cancels.run(present))
         try:
             await self.consumer.run(
                 stop, worker_id=self.worker_id, deployment_id=self.executor.deployment_id
@@ -86,3 +95,4 @@ class WorkerRuntime:
         finally:
             present.set()
             await beating
+            await listening

@@ -16,6 +16,7 @@ from san_api.admin import repository
 from san_api.admin.auth import Operator
 from san_api.admin.repository import JobFilter
 from san_api.errors import Conflict, DuplicateResource, NotFound, ValidationFailed
+from san_api.jobs import cancelling
 from san_common.jobs import lifecycle
 from san_common.jobs import repository as jobs
 from san_common.jobs.types import JobStatus
@@ -52,13 +53,7 @@ async def cancel(session: AsyncSession, operator: Operator, job_id: uuid.UUID) -
     row = await repository.get_job(session, job_id)
     if row is None:
         raise NotFound(f"job {job_id} not found")
-    if row.job.status != JobStatus.PENDING.value:
-        raise Conflict(
-            f"job {job_id} is {row.job.status}; only PENDING (or waiting) jobs can be cancelled"
-        )
-    count = await lifecycle.cancel(session, [job_id], _cancel_reason(operator))
-    if count == 0:
-        raise Conflict(f"job {job_id} was claimed meanwhile; it can no longer be cancelled")
+    await cancelling.cancel(session, row.job, _cancel_reason(operator), "cancelled by an operator")
     await repository.audit(
         session, actor=operator.name, action="job.cancel", target=str(job_id), count=1
     )

@@ -1,5 +1,5 @@
 """A user's own jobs: poll one (`GET /async-jobs/{jobId}`), list them with filters and
-cursor pagination (`GET /async-jobs`), cancel a PENDING one (`DELETE /async-jobs/{jobId}`).
+cursor pagination (`GET /async-jobs`), cancel an active one (`DELETE /async-jobs/{jobId}`).
 Only the owner sees a job; anyone else gets 404."""
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from pydantic import BaseModel, Field
 
 import san_common.jobs.repository as jobs
 from san_api.deps import CurrentUser, SessionDep
-from san_api.errors import Conflict, NotFound, ValidationFailed
-from san_api.jobs import repository
+from san_api.errors import Conflict, NotCancellable, NotFound, ValidationFailed
+from san_api.jobs import cancelling, repository
 from san_api.openapi import problems
 from san_api.usage.schemas import UsageTotals
-from san_common.jobs import lifecycle
 from san_common.jobs.types import JobStatus
 from san_common.models import AsyncJob
 from san_common.usage import ledger
@@ -98,25 +97,20 @@ async def get_job(jobId: uuid.UUID, user: CurrentUser, session: SessionDep) -> J
 
 
 @router.delete(
-    "/async-jobs/{jobId}", response_model=JobView, responses=problems(NotFound, Conflict)
+    "/async-jobs/{jobId}",
+    response_model=JobView,
+    responses=problems(NotFound, Conflict, NotCancellable),
 )
 async def cancel_job(jobId: uuid.UUID, user: CurrentUser, session: SessionDep) -> JobView:
-    """Cancel your own job while it is PENDING (including waiting for its next try): it
-    becomes CANCELLED, terminal, and no worker will run it. A job a worker already holds,
-    or one that is over, answers 409; cancelling a running job is not offered."""
+    """Cancel your own job while it is PENDING (including waiting for its next try) or
+    PROCESSING: it becomes CANCELLED, terminal; a running one's worker stops its handler
+    within about a second, and nothing it would have written is kept. A running GitHub
+    commit answers 409 `NOT_CANCELLABLE` (its PUT may already be made; it completes); a
+    job that is over answers 409 `CONFLICT`."""
     job = await jobs.get_for_user(session, jobId, user.user_id)
     if job is None:
         raise NotFound(f"job {jobId} not found")
-    if job.status != JobStatus.PENDING.value:
-        raise Conflict(f"job {jobId} is {job.status}; only a PENDING job can be cancelled")
-    cancelled = await lifecycle.cancel(
-        session, [jobId], "cancelled by its owner", owner_message="cancelled by you"
-    )
-    if cancelled == 0:
-        raise Conflict(
-            f"job {jobId} was taken by a worker meanwhile; it can no longer be cancelled"
-        )
-    await session.refresh(job)
+    await cancelling.cancel(session, job, "cancelled by its owner", "cancelled by you")
     return _view(job)
 
 
