@@ -1,6 +1,6 @@
 """the lifecycle's status check stays linear in a statement's rows
 
-Revision ID: 0016_job_transitions_check_linear
+Revision ID: 0016_transitions_check_linear
 Revises: 0015_cancel_running
 
 0010's statement trigger joins the statement's OLD and NEW transition tables and stops at
@@ -16,7 +16,7 @@ which at the workers' batch sizes costs less than a row trigger's call per row
 
 from alembic import op
 
-revision = "0016_job_transitions_check_linear"
+revision = "0016_transitions_check_linear"
 down_revision = "0015_cancel_running"
 branch_labels = None
 depends_on = None
