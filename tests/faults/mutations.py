@@ -26,7 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 LIFECYCLE = "libs/common/src/san_common/jobs/lifecycle.py"
-TRANSITIONS_MIGRATION = "libs/common/src/san_common/db/migrations/versions/0010_job_transitions.py"
+TRANSITIONS_MIGRATION = (
+    "libs/common/src/san_common/db/migrations/versions/0016_transitions_check_linear.py"
+)
 LIFECYCLE_TESTS = "tests/worker/test_lifecycle.py"
 SUPERSEDED_TESTS = "tests/admin/test_superseded.py"
 STORE = "libs/common/src/san_common/worker/store.py"
@@ -913,12 +915,31 @@ MUTATIONS = (
     Mutation(
         "undeclared-transition-allowed",
         "the database lets an UPDATE make a status change the lifecycle does not declare",
-        (Edit(TRANSITIONS_MIGRATION, "    IF FOUND THEN\n", "    IF false THEN\n"),),
+        (
+            Edit(
+                TRANSITIONS_MIGRATION,
+                "    ) c\n    WHERE NOT EXISTS (",
+                "    ) c\n    WHERE false AND NOT EXISTS (",
+            ),
+        ),
         (
             f"{LIFECYCLE_TESTS}::"
             "test_an_undeclared_transition_written_as_raw_sql_is_refused[PENDING-COMPLETED]",
             f"{LIFECYCLE_TESTS}::test_a_batch_with_one_undeclared_change_is_refused_whole",
         ),
+    ),
+    Mutation(
+        "transition-check-quadratic",
+        "the lifecycle's check joins a statement's transition tables in a nested loop",
+        (
+            Edit(
+                TRANSITIONS_MIGRATION,
+                "        OFFSET 0  -- planned without the LIMIT below: "
+                "a hash join, not a nested loop\n",
+                "",
+            ),
+        ),
+        (f"{LIFECYCLE_TESTS}::test_the_check_of_a_large_batch_stays_linear",),
     ),
     Mutation(
         "try-left-open",

@@ -7,6 +7,7 @@ table and refuses any other status change, even as raw SQL."""
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -371,6 +372,30 @@ async def test_a_batch_with_one_undeclared_change_is_refused_whole(db: Sessions)
             ).all()
         )
     assert statuses == {good.job_id: "PENDING", bad.job_id: "PROCESSING"}
+
+
+async def test_the_check_of_a_large_batch_stays_linear(db: Sessions) -> None:
+    """A statement over ten thousand rows is checked in one pass: the check's join is not
+    a nested loop over the two transition tables (quadratic: seconds at this size)."""
+    rows, user_id = 10_000, uuid.uuid4()
+    async with db() as session, session.begin():
+        await session.execute(
+            text(
+                "INSERT INTO async_jobs (job_id, job_type, target_id, user_id) "
+                "SELECT gen_random_uuid(), :type, gen_random_uuid(), :user "
+                "FROM generate_series(1, :rows)"
+            ),
+            {"type": JobType.SCRAP_REFINE.value, "rows": rows, "user": user_id},
+        )
+    async with db() as session, session.begin():
+        started = time.perf_counter()
+        changed = await session.execute(
+            text("UPDATE async_jobs SET status = 'CANCELLED' WHERE user_id = :user"),
+            {"user": user_id},
+        )
+        took = time.perf_counter() - started
+    assert changed.rowcount == rows
+    assert took < 2.0, f"{rows} status changes took {took:.2f} s to check"
 
 
 async def _complete_raw_refused(db: Sessions, pending: Job, processing: Job) -> None:
