@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from san_common.errors import TransientJobError
+from san_common import outages
+from san_common.errors import TransientJobError, is_connection_loss
 
 log = logging.getLogger(__name__)
 
@@ -260,10 +261,14 @@ class UpstreamQuotas:
                         said.retry_after,
                     ),
                 )
-        except Exception:
+        except Exception as exc:
             # The call happened and its result counts; a budget left a call too high heals
-            # at the window's end (the reservation is forgotten then).
-            log.warning("could not settle the upstream quota of %s", key, exc_info=True)
+            # at the window's end (the reservation is forgotten then). A lost database is
+            # the process's one outage, not a traceback per call.
+            if is_connection_loss(exc):
+                outages.DATABASE.lost(exc, "settling an upstream quota")
+            else:
+                log.warning("could not settle the upstream quota of %s", key, exc_info=True)
 
 
 class NoQuotas:
