@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from san_api.admin import repository
 from san_api.admin.auth import CurrentOperator, get_operator
 from san_api.deps import SessionDep, SettingsDep
-from san_api.errors import NotFound, ValidationFailed
+from san_api.errors import Forbidden, NotFound, ValidationFailed
 from san_api.openapi import problems
 from san_common.models import User
 from san_common.usage import budgets
@@ -43,7 +43,7 @@ class BudgetView(BaseModel):
 @router.put(
     "/users/{userId}/budget",
     response_model=BudgetView,
-    responses=problems(NotFound, ValidationFailed),
+    responses=problems(Forbidden, NotFound, ValidationFailed),
 )
 async def set_budget(
     userId: uuid.UUID,
