@@ -11,12 +11,15 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
 import pytest
 
 from san_api.admin.cli import build_parser, run
 from san_api.app import create_app
 from san_common.broker.topology import Topology
+from san_common.models import UserBudget
+from san_common.usage import AiCall, TryUsage, ledger
 from san_common.worker.presence import Presence
 from tests.admin.support import Sessions, insert_jobs, new_user, operator_headers, user_headers
 from tests.api.support import over_http
@@ -136,6 +139,7 @@ COMMANDS = [
     ["dlq"], ["dlq", "list"], ["dlq", "redrive"], ["dlq", "purge"], ["queues"],
     ["queues", "list"], ["queues", "pause"], ["queues", "resume"], ["sweeps"],
     ["sweeps", "list"], ["sweeps", "run"], ["workers"], ["stats"], ["outbox"], ["audit"],
+    ["budget"], ["budget", "set"], ["usage"],
 ]  # fmt: skip
 
 
@@ -194,3 +198,43 @@ async def test_bulk_retry_says_what_it_skips_as_superseded(url: str, sessions: S
     ]
     code, out, err = await admin(url, "jobs", "retry", str(old))
     assert code != 0 and "superseded" in err
+
+
+async def test_budget_set_and_usage(url: str, sessions: Sessions) -> None:
+    user_id, external = await new_user(sessions)
+    code, out, err = await admin(
+        url, "budget", "set", str(user_id), "--tokens-per-day", "5000", "--usd-per-month", "2.5"
+    )
+    assert (code, out.strip()) == (0, f"{user_id} tokens/day 5000, USD/month 2.5"), err
+    async with sessions() as session:
+        row = await session.get(UserBudget, user_id)
+    assert row is not None and (row.tokens_per_day, row.usd_per_month) == (5000, Decimal("2.5"))
+    # an option left out is the default again (unlimited in these settings)
+    code, out, _ = await admin(
+        url, "--json", "budget", "set", str(user_id), "--tokens-per-day", "7"
+    )
+    assert code == 0 and json.loads(out) == {
+        "userId": str(user_id), "tokensPerDay": 7, "usdPerMonth": 0.0,
+    }  # fmt: skip
+    code, out, _ = await admin(url, "audit")
+    assert code == 0 and "user.budget" in out and str(user_id) in out
+    cases = [
+        (("budget", "set", str(uuid.uuid4()), "--tokens-per-day", "1"), 4, "NOT_FOUND"),
+        (("budget", "set", str(user_id), "--tokens-per-day", "-1"), 2, "VALIDATION_ERROR"),
+        (("budget", "set", str(user_id), "--usd-per-month", "lots"), 2, "VALIDATION_ERROR"),
+    ]
+    for argv, want, message in cases:
+        got, _out, err = await admin(url, *argv)
+        assert got == want and message in err and err.count("\n") == 1, (argv, got, err)
+    user_token = user_headers(external)["Authorization"].removeprefix("Bearer ")
+    got, _, err = await admin(url, "budget", "set", str(user_id), token=user_token)
+    assert got == 3 and "FORBIDDEN" in err
+
+    [job_id] = await insert_jobs(sessions, user_id, status="COMPLETED")
+    call = AiCall("m", "chat", 300, 20, 0, False, 5, Decimal("0.0042"))
+    async with sessions() as session, session.begin():
+        await ledger.insert(session, [TryUsage(job_id, 1, user_id, "CARD_ANALYSIS", [call])])
+    code, out, _ = await admin(url, "usage", "--days", "7")
+    rows = [line.split() for line in out.splitlines()]
+    assert code == 0 and ["CARD_ANALYSIS", "320", "0.0042", "1"] in rows
+    assert [external, "320", "0.0042", "1"] in rows

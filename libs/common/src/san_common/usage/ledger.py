@@ -42,6 +42,19 @@ WHERE user_id = $1 AND at >= $2 AND at < $3
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 
+# $1 since: everyone's spending per UTC day, per job type and per user, in one pass
+# (a row of one grouping has the other two columns null; none is null in the table).
+_SPENDING = """
+SELECT (u.at AT TIME ZONE 'UTC')::date AS day, u.job_type, u.user_id,
+    min(users.external_id) AS external_id,
+    sum(u.prompt_tokens + u.completion_tokens + u.embedding_tokens) AS tokens,
+    sum(u.cost_usd) AS cost, count(DISTINCT u.job_id) AS jobs
+FROM ai_usage AS u LEFT JOIN users ON users.id = u.user_id
+WHERE u.at >= $1
+GROUP BY GROUPING SETS (((u.at AT TIME ZONE 'UTC')::date), (u.job_type), (u.user_id))
+ORDER BY 1, sum(u.cost_usd) DESC, 2, 3
+"""
+
 # $1 user, $2 start of the day, $3 start of the month, $4 the job types a request adds:
 # what the user spent, and what a job of each of those types cost them on average lately
 # (the month's jobs; none yet: nothing expected).
@@ -78,6 +91,24 @@ class DayTotals:
     job_type: str
     jobs: int
     totals: Totals
+
+
+@dataclass(frozen=True)
+class Spending:
+    """What everyone spent in one group: a UTC day, a job type or a user."""
+
+    key: Any  # datetime.date, a job type or a user id
+    external_id: str | None  # the user's, for a user group
+    tokens: int
+    cost_usd: Decimal
+    jobs: int
+
+
+@dataclass(frozen=True)
+class SpendingReport:
+    per_day: list[Spending]
+    per_job_type: list[Spending]
+    per_user: list[Spending]
 
 
 @dataclass(frozen=True)
@@ -166,3 +197,19 @@ async def spent(
         round(row["tokens_expected"]),
         row["usd_expected"],
     )
+
+
+async def spending(connection: Connection, since: datetime) -> SpendingReport:
+    """Everyone's spending since `since`, per UTC day (oldest first), per job type and per
+    user (most expensive first)."""
+    report = SpendingReport([], [], [])
+    for r in await fetch(connection, _SPENDING, since):
+        if r["day"] is not None:
+            group, key = report.per_day, r["day"]
+        elif r["job_type"] is not None:
+            group, key = report.per_job_type, r["job_type"]
+        else:
+            group, key = report.per_user, r["user_id"]
+        external = r["external_id"] if group is report.per_user else None
+        group.append(Spending(key, external, int(r["tokens"]), r["cost"], int(r["jobs"])))
+    return report

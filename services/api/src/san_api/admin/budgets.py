@@ -1,12 +1,15 @@
 """An operator's AI budget for one user (`PUT /admin/api/users/{userId}/budget`), audited in
-the same transaction (docs/operations.md, "AI usage, prices and budgets")."""
+the same transaction, and everyone's AI spending (`GET /admin/api/usage`)
+(docs/operations.md, "AI usage, prices and budgets")."""
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from decimal import Decimal
+from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from san_api.admin import repository
@@ -15,7 +18,7 @@ from san_api.deps import SessionDep, SettingsDep
 from san_api.errors import Forbidden, NotFound, ValidationFailed
 from san_api.openapi import problems
 from san_common.models import User
-from san_common.usage import budgets
+from san_common.usage import budgets, ledger
 
 router = APIRouter(prefix="/admin/api", tags=["admin"], dependencies=[Depends(get_operator)])
 
@@ -78,4 +81,58 @@ async def set_budget(
         userId=userId,
         tokensPerDay=limits.tokens_per_day,
         usdPerMonth=float(limits.usd_per_month),
+    )
+
+
+class SpendingView(BaseModel):
+    tokens: int
+    costUsd: float
+    jobs: int = Field(description="jobs that made at least one AI call")
+
+
+class DaySpending(SpendingView):
+    day: datetime.date
+
+
+class JobTypeSpending(SpendingView):
+    jobType: str
+
+
+class UserSpending(SpendingView):
+    userId: uuid.UUID
+    user: str | None = Field(description="the user's external id")
+
+
+class UsageOverview(BaseModel):
+    days: int
+    since: datetime.date = Field(description="the first UTC day counted")
+    perDay: list[DaySpending] = Field(description="oldest first; days without calls omitted")
+    perJobType: list[JobTypeSpending] = Field(description="most expensive first")
+    perUser: list[UserSpending] = Field(description="most expensive first")
+
+
+MAX_DAYS = 366
+
+
+@router.get("/usage", response_model=UsageOverview, responses=problems(Forbidden, ValidationFailed))
+async def usage(
+    session: SessionDep,
+    days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="UTC days, today included")] = 30,
+) -> UsageOverview:
+    """Everyone's AI tokens and cost from the ledger, per UTC day, per job type and per user."""
+    since = datetime.datetime.now(datetime.UTC).date() - datetime.timedelta(days=days - 1)
+    start = datetime.datetime.combine(since, datetime.time(), datetime.UTC)
+    report = await ledger.spending(session, start)
+
+    def totals(s: ledger.Spending) -> dict[str, object]:
+        return {"tokens": s.tokens, "costUsd": float(s.cost_usd), "jobs": s.jobs}
+
+    return UsageOverview(
+        days=days,
+        since=since,
+        perDay=[DaySpending(day=s.key, **totals(s)) for s in report.per_day],
+        perJobType=[JobTypeSpending(jobType=s.key, **totals(s)) for s in report.per_job_type],
+        perUser=[
+            UserSpending(userId=s.key, user=s.external_id, **totals(s)) for s in report.per_user
+        ],
     )

@@ -12,6 +12,8 @@
     san-admin stats [--minutes N]
     san-admin outbox
     san-admin audit [--limit N]
+    san-admin budget set USER_ID [--tokens-per-day N] [--usd-per-month X]
+    san-admin usage [--days N]
 
 The API is `--url` (or SAN_ADMIN_URL, default http://127.0.0.1:8000) and the operator
 token `--token` (or SAN_ADMIN_TOKEN; `san-token --operator NAME` mints one). `--json`
@@ -159,6 +161,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nouns.add_parser("outbox", help="messages the relay has not published yet")
     _limit(nouns.add_parser("audit", help="operator actions, newest first"), "actions")
+
+    budget = nouns.add_parser("budget", help="a user's AI budget").add_subparsers(
+        dest="verb", required=True, metavar="VERB"
+    )
+    setting = budget.add_parser("set", help="set a user's AI budget (audited)")
+    setting.add_argument("user_id", help="the user's id (a UUID)")
+    setting.add_argument(
+        "--tokens-per-day", type=int, metavar="N", help="tokens per UTC day; 0: unlimited"
+    )
+    setting.add_argument(
+        "--usd-per-month", metavar="X", help="US dollars per UTC month; 0: unlimited"
+    )
+    nouns.add_parser("usage", help="AI tokens and cost per day, job type and user").add_argument(
+        "--days", type=int, default=30, help="UTC days, today included (default 30)"
+    )
     return parser
 
 
@@ -250,6 +267,21 @@ def _stats(out: TextIO, result: dict[str, Any]) -> None:
     _table(out, [(q["queue"], q["pending"], q["due"], _seconds(q["oldestDueSeconds"]))
                  for q in result["queues"]],
            ("QUEUE", "PENDING", "DUE", "OLDEST DUE"))  # fmt: skip
+
+
+def _usage(out: TextIO, result: dict[str, Any]) -> None:
+    header = ("TOKENS", "COST USD", "JOBS")
+
+    def cells(s: dict[str, Any]) -> tuple[object, ...]:
+        return (s["tokens"], f"{s['costUsd']:.4f}", s["jobs"])
+
+    print(f"since {result['since']} (UTC), per day:", file=out)
+    _table(out, [(s["day"], *cells(s)) for s in result["perDay"]], ("DAY", *header))
+    print("\nper job type:", file=out)
+    _table(out, [(s["jobType"], *cells(s)) for s in result["perJobType"]], ("JOB TYPE", *header))
+    print("\nper user:", file=out)
+    _table(out, [(s["user"] or s["userId"], *cells(s)) for s in result["perUser"]],
+           ("USER", *header))  # fmt: skip
 
 
 def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
@@ -356,6 +388,17 @@ def execute(args: argparse.Namespace, api: Api, out: TextIO) -> None:
             age = result["oldestAgeSeconds"]
             oldest = "" if age is None else f", oldest {_seconds(age)} old"
             print(f"unpublished: {result['unpublished']}{oldest}", file=out)
+    elif noun == "budget":
+        # An option left out keeps the setting's default (the API's null).
+        body = {"tokensPerDay": args.tokens_per_day, "usdPerMonth": args.usd_per_month}
+        result = api.call("PUT", f"/admin/api/users/{args.user_id}/budget", json=body)
+        if not args.json:
+            print(f"{result['userId']} tokens/day {result['tokensPerDay'] or 'unlimited'},"
+                  f" USD/month {result['usdPerMonth'] or 'unlimited'}", file=out)  # fmt: skip
+    elif noun == "usage":
+        result = api.call("GET", "/admin/api/usage", params={"days": args.days})
+        if not args.json:
+            _usage(out, result)
     else:
         result = api.call("GET", "/admin/api/audit", params={"limit": args.limit})
         if not args.json:

@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 from pydantic import ValidationError
 
+from san_api.admin import budgets as budget_api
 from san_api.admin import endpoints as api
 from san_api.admin import notices, service
 from san_api.admin.auth import COOKIE, Operator, get_operator, operator_from_token
@@ -456,6 +457,14 @@ async def sweeps_run(request: Request, session: SessionDep, operator: ConsoleOpe
     except AppError as exc:
         return _refused("/admin/sweeps", exc)
     return _back("/admin/sweeps", "sweeps-requested", sweeps=",".join(body.sweeps))
+
+
+@router.get("/usage", response_class=HTMLResponse)
+async def usage_page(
+    request: Request, session: SessionDep, operator: ConsoleOperator
+) -> HTMLResponse:
+    view = await budget_api.usage(session, days=30)
+    return _page(request, "usage.html", operator, "AI usage", view=view)
 
 
 @router.get("/audit", response_class=HTMLResponse)
