@@ -17,6 +17,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
@@ -34,6 +35,7 @@ from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, Scrap
+from san_common.usage import AiCall, TryUsage, ledger
 from san_common.worker import JobHandler
 from tests.admin.support import Sessions, insert_jobs, new_user, operator_headers, user_headers
 from tests.api.support import over_http
@@ -287,6 +289,9 @@ async def drive_the_console(page: Page, job_id: uuid.UUID, topology: Topology) -
 
 # -- acceptance: the fleet at a glance ---------------------------------------------------------
 
+# One AI call of a stuck job, for the AI usage page.
+SPENT = AiCall("m", "chat", 300, 20, 0, False, 5, Decimal("0.0042"))
+
 # A zone far from UTC, so that a time left in UTC cannot pass for local.
 ZONE = "Asia/Tokyo"
 
@@ -365,6 +370,9 @@ async def test_operator_sees_the_fleet_at_a_glance(
                     sessions, user_id, 2, status="PENDING", job_type="TIL_GITHUB_COMMIT",
                     created_at=datetime.now(UTC) - timedelta(minutes=12),
                 )  # fmt: skip
+                async with sessions() as session, session.begin():
+                    await ledger.insert(session, [TryUsage(
+                        stuck[0], 1, user_id, "TIL_GITHUB_COMMIT", [SPENT])])  # fmt: skip
                 page = Page(browser_in_zone, base)
                 try:
                     await look_at_the_fleet(page, runtime.worker_id, topology, stuck[0])
@@ -448,11 +456,17 @@ async def look_at_the_fleet(
         "a job whose id does not start with the prefix"
     )
     await page.shot("11-job-search")
+
+    await page.open("/admin/usage")
+    await page.until("the AI usage page", text_is("h1", "AI usage"))
+    row = await read(page, "#usage-per-job-type tr:nth-child(2)")
+    assert row.split() == ["TIL_GITHUB_COMMIT", str(SPENT.tokens), "0.0042", "1"], row
+    await page.shot("12-ai-usage")
     logs = await page.call(page.driver.get_log, "browser")
     # (the browser's own request for /favicon.ico is no page's doing)
     problems = [
         e["message"] for e in logs if e["level"] == "SEVERE" and "favicon" not in e["message"]
     ]
     assert not problems, problems
-    for name in ("10-fleet-at-a-glance", "11-job-search"):
+    for name in ("10-fleet-at-a-glance", "11-job-search", "12-ai-usage"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 1000
