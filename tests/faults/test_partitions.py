@@ -273,12 +273,13 @@ async def _all_published(db: async_sessionmaker[AsyncSession]) -> bool:
 
 
 async def _listeners(db: async_sessionmaker[AsyncSession]) -> list[int]:
-    """The backends of this database whose last statement was the relay's LISTEN."""
+    """The backends of this database whose last statement was the relay's LISTEN (the
+    workers' cancel listeners LISTEN too, on a channel of their own)."""
     async with db() as session:
         rows = await session.scalars(
             text(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query LIKE 'LISTEN%' ORDER BY backend_start"
+                "AND query LIKE 'LISTEN%' AND query LIKE '%san_outbox%' ORDER BY backend_start"
             )
         )
         return list(rows.all())
