@@ -146,7 +146,8 @@ async def execute(connection: Connection, statement: str, *params: object) -> No
 
 
 async def insert(connection: Connection, tries: Sequence[TryUsage]) -> int:
-    """The calls of `tries`, one row each, in one statement; returns how many."""
+    """The calls of `tries`, one row each, in one statement, but for a try the ledger has
+    already (`_INSERT`); returns how many calls it was given."""
     rows = [(t, c) for t in tries for c in t.calls]
     if not rows:
         return 0

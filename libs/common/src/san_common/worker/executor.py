@@ -13,10 +13,10 @@ Per delivery:
    next try → ack (its message for that time is already in the outbox);
 3. `load` (short transaction; none for a handler with nothing to load) → `run` (no
    transaction, bounded by the job type's timeout) → `store` + COMPLETED (one transaction,
-   fenced; a database outage there holds the result, below); on failure the `RetryPolicy` decides: a retry ends the try, sets the job
-   PENDING with `next_attempt_at` and adds its next message to the outbox, due then (one
-   transaction) — nobody sleeps holding a slot; giving up marks it FAILED with the cause
-   chain;
+   fenced; a database outage there holds the result, below); on failure the
+   `RetryPolicy` decides: a retry ends the try, sets the job PENDING with
+   `next_attempt_at` and adds its next message to the outbox, due then (one transaction) —
+   nobody sleeps holding a slot; giving up marks it FAILED with the cause chain;
 4. ack last, so a crash anywhere before redelivers the message, and the claim makes that
    redelivery harmless.
 
@@ -32,8 +32,8 @@ for an outage; the quorum queue's delivery limit ends a message that keeps faili
 Held results: an outage that interrupts the store of a result `run` produced does not give
 the delivery back — the next try would ask the AI again for an answer already in hand. The
 result (and the try's usage-ledger rows, if they were not written either) is held in
-memory, the delivery unacked, and the store retried until the database answers (docs/
-reliability.md, "Held results"). At most `held_results` at once per process and for
+memory, the delivery unacked, and the store retried until the database answers
+(docs/reliability.md, "Held results"). At most `held_results` at once per process and for
 `hold_seconds` each; beyond either, the outage path above gives the try back. The store is
 fenced like any other: a try taken over meanwhile writes nothing.
 """
