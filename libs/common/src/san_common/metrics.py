@@ -78,8 +78,9 @@ STRANDED_REPUBLISHED = Counter(
 )
 
 # Results a worker holds through a database outage (san_common.worker.executor, "Held
-# results"); how each hold ended: stored, fenced (its try no longer held the job), given_back
-# (past WORKER_HOLD_SECONDS), over_cap (not held: WORKER_HELD_RESULTS were held already).
+# results"); how each hold ended: stored, fenced (its try no longer held the job), failed
+# (its store raised, once the database answered), given_back (past WORKER_HOLD_SECONDS),
+# over_cap (not held: WORKER_HELD_RESULTS were held already).
 HELD_RESULTS = Gauge(
     "san_worker_held_results", "Job results held in memory until PostgreSQL answers"
 )
@@ -88,7 +89,7 @@ RESULTS_HELD = Counter(
     "Job results whose store a database outage interrupted, by how the hold ended",
     ["job_type", "outcome"],
 )
-HOLD_OUTCOMES = ("stored", "fenced", "given_back", "over_cap")
+HOLD_OUTCOMES = ("stored", "fenced", "failed", "given_back", "over_cap")
 
 JOB_OUTCOMES = ("completed", "failed", "lease_lost")
 DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable", "foreign", "unknown-job")

@@ -458,6 +458,8 @@ class Executor:
                     stored = await self._store.finish(claim, handler, result)
                 except Exception as exc:
                     if not is_connection_loss(exc):
+                        if holding is not None:
+                            holding.settled("failed")
                         return await self._failed(context, claim, exc, Stage.STORE)
                     try:
                         holding = holding or self._hold(claim, exc)
