@@ -5,8 +5,9 @@
 - Installs the peers (benchmarks/peers/requirements.txt) from PyPI into their own virtual
   environment, `.bench/peers-venv`, never into SAN's.
 - Runs every scenario for every system interleaved — round 1: SAN, procrastinate,
-  pgqueuer, Celery, Dramatiq; round 2: the same again; … — so a burst of load from
-  elsewhere on this shared machine hits every system rather than one.
+  pgqueuer, Celery, Dramatiq, durable Dramatiq, the like-for-like peer (durable Dramatiq
+  writing a job status row to PostgreSQL); round 2: the same again; … — so a burst of load
+  from elsewhere on this shared machine hits every system rather than one.
 - Then SAN's own ratios, each against a baseline measured in the same run, alternating
   A B A B: `POST /scraps` against a bare FastAPI + asyncpg endpoint doing the same
   transaction; the relay against a raw pipelined aio-pika publisher; similar cards at
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -34,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ from typing import Any
 import asyncpg
 
 from benchmarks.peers.common import CPU_PREFIX, PEAK_RSS_MB, PEAK_RSS_PREFIX
+from benchmarks.peers.san_peer import drop_topology
 from san_common.db.engine import plain_url
 from san_common.db.migrate import upgrade
 from tests import infra
@@ -49,23 +53,23 @@ from tests import infra
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PEERS_VENV = ROOT / ".bench" / "peers-venv"
-SYSTEMS = ("san", "procrastinate", "pgqueuer", "celery", "dramatiq")
-PEERS = SYSTEMS[1:]  # issue 13's peers, each with its defaults: the acceptance's baselines
-# Run only when asked (`--systems … dramatiq_durable`), never a baseline: a peer made as
-# durable on the broker as SAN, to show what that costs it.
-VARIANTS = ("dramatiq_durable",)
-RUNNABLE = SYSTEMS + VARIANTS  # in the order they run and are reported
+PEERS = ("procrastinate", "pgqueuer", "celery", "dramatiq")  # issue 13's, with their defaults
+# Dramatiq made as durable on the broker as SAN (a quorum queue, publisher confirms), and
+# the like-for-like peer: that, plus a job status row in PostgreSQL written on enqueue,
+# start and finish, as an application like SAN would use it. Issue 40's paced bars.
+DURABLE, LIKE_FOR_LIKE = "dramatiq_durable", "dramatiq_pg"
+SYSTEMS = ("san", *PEERS, DURABLE, LIKE_FOR_LIKE)  # in the order they run and are reported
 LABELS = {
     "san": "SAN",
     "procrastinate": "procrastinate (PostgreSQL)",
     "pgqueuer": "pgqueuer (PostgreSQL)",
     "celery": "Celery (RabbitMQ)",
     "dramatiq": "Dramatiq (RabbitMQ)",
-    "dramatiq_durable": "Dramatiq, quorum queue + publisher confirms (reported, no bar)",
+    DURABLE: "Dramatiq durable (quorum queue + publisher confirms)",
+    LIKE_FOR_LIKE: "like-for-like: Dramatiq durable + PostgreSQL status row",
 }
 BEFORE = "san_before"  # SAN as of `--before REV`, run beside this checkout's
-BEFORE_PREFIX = "sanbench-before"  # its own queues: the two never share a queue
-REPORTED = ("san", BEFORE, *RUNNABLE[1:])  # the order of the tables' rows
+REPORTED = ("san", BEFORE, *SYSTEMS[1:])  # the order of the tables' rows
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,20 @@ def load_note() -> str:
     return f"{one:.1f}/{five:.1f}"
 
 
-def before_checkout(revision: str) -> Runner:
+def run_prefixes() -> dict[str, str]:
+    """The AMQP prefixes of this run: its own, so that two benches at once (on the one
+    shared broker) never hold the same prefix, which the deployment-ownership guard
+    refuses (san_common/broker/ownership.py). SAN, SAN before and the relay ratio each
+    have one: they never share a queue."""
+    run = uuid.uuid4().hex[:8]
+    return {
+        "san": f"sanbench_{run}",
+        BEFORE: f"sanbench_before_{run}",
+        "relay": f"sanbench_relay_{run}",
+    }
+
+
+def before_checkout(revision: str, prefix: str) -> Runner:
     """SAN as of `revision`: its tree (`git archive`, no worktree of the repository's own)
     under `.bench/`, with its own virtual environment built from its own lock file."""
     commit = subprocess.run(
@@ -145,7 +162,7 @@ def before_checkout(revision: str) -> Runner:
         checkout / ".venv" / "bin" / "python",
         "benchmarks.peers.san_peer",
         checkout,
-        {"BENCH_SAN_PREFIX": BEFORE_PREFIX},
+        {"BENCH_SAN_PREFIX": prefix},
     )
 
 
@@ -348,8 +365,46 @@ def render_before_after(table: dict[str, dict[str, Any]], revision: str) -> str:
     return "\n".join(lines)
 
 
+def issue_40(table: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """Issue 40's bars: pgqueuer's CPU per burst job, drain and burst; the paced p99 of
+    durable Dramatiq and of the like-for-like peer."""
+
+    def med(system: str, key: str) -> float | None:
+        stat = table.get(system, {}).get(key)
+        return None if stat is None else float(stat["median"])
+
+    def cpu(system: str) -> float | None:
+        return table.get(system, {}).get("burst_cpu", {}).get("all")
+
+    rows: list[tuple[str, str]] = []
+    san_cpu, pgq_cpu = cpu("san"), cpu("pgqueuer")
+    if san_cpu and pgq_cpu:
+        rows.append(
+            (
+                "40: CPU per burst job (all processes) ≤ 1.0 × pgqueuer's",
+                f"{san_cpu / pgq_cpu:.2f}× ({san_cpu:.2f} vs {pgq_cpu:.2f} ms)",
+            )
+        )
+    for key, label in (("drain_rate", "drain"), ("burst_rate", "burst enqueue→done")):
+        san, pgq = med("san", key), med("pgqueuer", key)
+        if san and pgq:
+            rows.append((f"40: {label} ≥ 1.0 × pgqueuer", f"{san / pgq:.2f}×"))
+    san_p99 = med("san", "paced_p99_ms")
+    for peer, bound in ((DURABLE, 1.5), (LIKE_FOR_LIKE, 1.0)):
+        peer_p99 = med(peer, "paced_p99_ms")
+        if san_p99 and peer_p99:
+            rows.append(
+                (
+                    f"40: paced p99 ≤ {bound} × {LABELS[peer]}",
+                    f"{san_p99 / peer_p99:.2f}× ({san_p99:.1f} vs {peer_p99:.1f} ms)",
+                )
+            )
+    return rows
+
+
 def acceptance(table: dict[str, dict[str, Any]], extra: dict[str, Any]) -> list[tuple[str, str]]:
-    """Issue 13's acceptance ratios, computed from this run's medians (reported, not asserted)."""
+    """Issues 13's and 40's acceptance ratios, computed from this run's medians (reported,
+    not asserted); each bar's label names the peer it is measured against."""
 
     def med(system: str, key: str) -> float | None:
         stat = table.get(system, {}).get(key)
@@ -378,6 +433,7 @@ def acceptance(table: dict[str, dict[str, Any]], extra: dict[str, Any]) -> list[
                 f"{san_p99 / best_p99:.2f}× ({san_p99:.1f} ms vs {best_p99:.1f} ms)",
             )
         )
+    rows.extend(issue_40(table))
     for key, label in (
         ("api_c16", "POST /scraps ≥ 0.7 × bare endpoint, c=16"),
         ("api_c64", "POST /scraps ≥ 0.7 × bare endpoint, c=64"),
@@ -399,7 +455,10 @@ async def main_async(args: Any) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     os.environ["BENCH_LOG_DIR"] = str(log_dir)
     started = time.time()
-    systems = [s for s in RUNNABLE if s in args.systems]
+    systems = [s for s in SYSTEMS if s in args.systems]
+    prefixes = run_prefixes()
+    os.environ["BENCH_SAN_PREFIX"] = prefixes["san"]  # read by san_peer, in its process
+    args.relay_prefix = prefixes["relay"]
     peers_python = ensure_peers_venv() if any(s != "san" for s in systems) else None
     runners = {
         s: Runner(Path(sys.executable), "benchmarks.peers.san_peer")
@@ -408,7 +467,7 @@ async def main_async(args: Any) -> int:
         for s in systems
     }
     if args.before:
-        runners[BEFORE] = before_checkout(args.before)
+        runners[BEFORE] = before_checkout(args.before, prefixes[BEFORE])
         LABELS[BEFORE] = f"SAN before (`{args.before}`)"
         systems.insert(systems.index("san") + 1 if "san" in systems else 0, BEFORE)
     print(f"peers installed in {time.time() - started:.0f}s", flush=True)
@@ -423,39 +482,46 @@ async def main_async(args: Any) -> int:
     }
     mark = time.time()
     with infra.postgres_server() as server, infra.rabbitmq_server() as amqp_url:
-        phases["servers and databases"] = time.time() - mark
-        results: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in systems}
-        databases: dict[str, str] = {}
-        for system in systems:
-            databases[system] = await create_database(server, f"bench_{system}")
-            if system == "san":
-                await asyncio.to_thread(upgrade, databases[system])
-            elif system == BEFORE:
-                await asyncio.to_thread(migrate_with, runners[system], databases[system])
-        for round_no in range(args.runs):
-            for scenario in args.scenarios:
-                for system in systems:
-                    mark = time.time()
-                    outcome = run_driver(
-                        runners[system], databases[system], amqp_url, scenario, args
-                    )
-                    key = f"scenarios: {system}"
-                    phases[key] = phases.get(key, 0.0) + time.time() - mark
-                    results[system].setdefault(scenario, []).append(outcome)
-                    print(f"round {round_no + 1} {scenario:6} {system:14} {outcome}", flush=True)
-        table = peer_rows(results)
-        extra: dict[str, Any] = {}
-        sections: list[str] = []
-        if not args.skip_san_ratios:
-            from benchmarks import san_ratios
+        async with contextlib.AsyncExitStack() as cleanup:
+            # the run's queues go when it ends, however it ends
+            for system in ("san", BEFORE):
+                if system in systems:
+                    cleanup.push_async_callback(drop_topology, amqp_url, prefixes[system])
+            phases["servers and databases"] = time.time() - mark
+            results: dict[str, dict[str, list[dict[str, Any]]]] = {s: {} for s in systems}
+            databases: dict[str, str] = {}
+            for system in systems:
+                databases[system] = await create_database(server, f"bench_{system}")
+                if system == "san":
+                    await asyncio.to_thread(upgrade, databases[system])
+                elif system == BEFORE:
+                    await asyncio.to_thread(migrate_with, runners[system], databases[system])
+            for round_no in range(args.runs):
+                for scenario in args.scenarios:
+                    for system in systems:
+                        mark = time.time()
+                        outcome = run_driver(
+                            runners[system], databases[system], amqp_url, scenario, args
+                        )
+                        key = f"scenarios: {system}"
+                        phases[key] = phases.get(key, 0.0) + time.time() - mark
+                        results[system].setdefault(scenario, []).append(outcome)
+                        line = f"round {round_no + 1} {scenario:6} {system:16} {outcome}"
+                        print(line, flush=True)
+            table = peer_rows(results)
+            extra: dict[str, Any] = {}
+            sections: list[str] = []
+            if not args.skip_san_ratios:
+                from benchmarks import san_ratios
 
-            mark = time.time()
-            ratios = await san_ratios.run_all(server, amqp_url, args, extra)
-            phases["SAN's ratios"] = time.time() - mark
-            if "similar" in ratios:
-                phases["SAN's ratios: card data + HNSW build"] = ratios["similar"]["fill_seconds"]
-            report["san_ratios"] = ratios
-            sections.append(san_ratios.render(ratios))
+                mark = time.time()
+                ratios = await san_ratios.run_all(server, amqp_url, args, extra)
+                phases["SAN's ratios"] = time.time() - mark
+                if "similar" in ratios:
+                    fill = ratios["similar"]["fill_seconds"]
+                    phases["SAN's ratios: card data + HNSW build"] = fill
+                report["san_ratios"] = ratios
+                sections.append(san_ratios.render(ratios))
     report["peers"] = {"raw": results, "summary": table}
     report["load_at_end"] = load_note()
     report["seconds"] = round(time.time() - started)
@@ -478,7 +544,7 @@ async def main_async(args: Any) -> int:
         "",
         *sections,
         "",
-        "| issue 13 acceptance | this run |",
+        "| acceptance (issue 13; 40: issue 40) | this run |",
         "|---|---|",
         *(f"| {label} | {value} |" for label, value in checks),
         "",
@@ -499,7 +565,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--paced-rate", type=float, default=20.0)
     parser.add_argument("--paced-seconds", type=float, default=10.0)
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=RUNNABLE)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument(
         "--scenarios",
         nargs="+",

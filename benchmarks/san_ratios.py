@@ -188,9 +188,11 @@ async def api_ratios(server: str, amqp_url: str, runs: int, seconds: float) -> d
     return results
 
 
-async def relay_ratios(server: str, amqp_url: str, runs: int, messages: int) -> dict[str, Any]:
+async def relay_ratios(
+    server: str, amqp_url: str, runs: int, messages: int, prefix: str
+) -> dict[str, Any]:
     database_url = await _migrated(server, "bench_relay")
-    topology = Topology(prefix="sanbench_relay")
+    topology = Topology(prefix=prefix)
     connection = await aio_pika.connect(amqp_url)
     channel = await connection.channel()
     for name in topology.all_queue_names():  # left by an interrupted run, maybe of an
@@ -388,7 +390,9 @@ async def run_all(server: str, amqp_url: str, args: Any, extra: dict[str, Any]) 
             bare = statistics.median(r["rate"] for r in api[f"bare_c{c}"])
             extra[f"api_limited_c{c}"] = f"{limited / bare:.2f}× ({limited:,.0f} req/s)"
     if "relay" in wanted:
-        relay = await relay_ratios(server, amqp_url, args.runs, messages=5000)
+        relay = await relay_ratios(
+            server, amqp_url, args.runs, messages=5000, prefix=args.relay_prefix
+        )
         ratios["relay"] = relay
         raw, ours = statistics.median(relay["raw"]), statistics.median(relay["relay"])
         extra["relay"] = f"{ours / raw:.2f}× ({ours:,.0f} vs {raw:,.0f} msg/s)"

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 
 import asyncpg
 import dramatiq
@@ -21,22 +22,31 @@ QUEUE = "bench_dramatiq"
 _local = threading.local()
 
 
+def thread_connection(database_url: str) -> psycopg.Connection:  # type: ignore[type-arg]
+    """The worker thread's own connection (autocommit), opened on its first use."""
+    connection = getattr(_local, "connection", None)
+    if connection is None:
+        connection = _local.connection = psycopg.connect(database_url, autocommit=True)
+    return connection
+
+
 def setup(
     database_url: str,
     amqp_url: str,
     broker: type[RabbitmqBroker] = RabbitmqBroker,
     queue: str = QUEUE,
+    middleware: Sequence[dramatiq.Middleware] = (),
     **options: object,
 ) -> dramatiq.Actor:  # type: ignore[type-arg]
-    dramatiq.set_broker(broker(url=amqp_url, **options))
+    instance = broker(url=amqp_url, **options)
+    for extra in middleware:
+        instance.add_middleware(extra)
+    dramatiq.set_broker(instance)
 
     @dramatiq.actor(queue_name=queue, max_retries=0)
     def noop(row_id: str) -> None:
         entered = time.time()
-        connection = getattr(_local, "connection", None)
-        if connection is None:
-            connection = _local.connection = psycopg.connect(database_url, autocommit=True)
-        connection.execute(NOOP_UPDATE_PSYCOPG, (entered, uuid.UUID(row_id)))
+        thread_connection(database_url).execute(NOOP_UPDATE_PSYCOPG, (entered, uuid.UUID(row_id)))
 
     return noop
 

@@ -29,6 +29,8 @@ from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, Write
 
+# `make bench` names a prefix per run (benchmarks/run.py), so two benches at once never
+# share one, which the deployment-ownership guard would refuse.
 PREFIX = os.environ.get("BENCH_SAN_PREFIX", "sanbench")
 JOB_TYPE = JobType.SCRAP_REFINE  # any type: the benchmark's worker serves only this queue
 NOOP = text(
@@ -67,11 +69,12 @@ def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
     }
 
 
-async def _fresh_topology(amqp_url: str) -> None:
-    """The benchmark's queues and exchanges, deleted so that the relay and the worker
-    declare them as this version of SAN does (queue arguments change between versions,
-    and a queue redeclared with other arguments is refused)."""
-    topology = Topology(PREFIX)
+async def drop_topology(amqp_url: str, prefix: str = PREFIX) -> None:
+    """The prefix's queues and exchanges, deleted: before a scenario so that the relay and
+    the worker declare them as this version of SAN does (queue arguments change between
+    versions, and a queue redeclared with other arguments is refused), and after the run so
+    that a prefix of its own per run leaves nothing behind on the broker."""
+    topology = Topology(prefix)
     connection = await aio_pika.connect(amqp_url)
     try:
         channel = await connection.channel()
@@ -99,7 +102,7 @@ class SanPeer:
             "ON CONFLICT (external_id) DO UPDATE SET external_id = excluded.external_id "
             "RETURNING id"
         )
-        await _fresh_topology(self.amqp_url)
+        await drop_topology(self.amqp_url)
         self._engine = create_engine(self.database_url, pool_size=2, pre_ping=False)
         self._sessions = create_session_factory(self._engine)
         relay = Path(sys.executable).with_name("san-relay")

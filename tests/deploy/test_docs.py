@@ -19,6 +19,8 @@ TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".sh", ".txt", ".cfg", 
 # Spelled in two halves so that this file does not match its own patterns.
 OUTSIDE_CITATIONS = re.compile("SPEC" + r" §|shared/" + "MEASURED")
 CLOCK_TIME = re.compile(r"\b[0-9]{2}:[0-9]{2} " + "UTC")
+# A date in prose is a diary entry ("until <date> the relay ..."): the docs say what holds.
+DATE = re.compile(r"\b20[0-9]{2}-[01][0-9]-[0-3][0-9]\b")
 LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
 
 
@@ -62,7 +64,32 @@ def test_nothing_cites_files_outside_the_repository_or_clock_times() -> None:
     assert not found, "cite docs/… and keep run logs in benchmarks/results/:\n" + "\n".join(found)
 
 
+def _prose_lines(page: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a page outside fenced code blocks (an example log line keeps its
+    timestamp)."""
+    fenced = False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            yield number, line
+
+
+def test_the_docs_state_what_holds_not_when_it_changed() -> None:
+    dated = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()[:100]}"
+        for page in _doc_pages()
+        for number, line in _prose_lines(page)
+        if DATE.search(line)
+    ]
+    assert not dated, "dates belong to benchmarks/results/ and commit messages:\n" + "\n".join(
+        dated
+    )
+
+
 def test_the_checks_above_can_fail() -> None:
+    assert DATE.search("until " + "2026-12-05 every claim")
+    assert not DATE.search("ISO 8601, e.g. `YYYY-MM-DD`")
     assert OUTSIDE_CITATIONS.search("the rule (" + "SPEC" + " §2.2)")
     assert CLOCK_TIME.search("run at 14:44 " + "UTC")
     assert not CLOCK_TIME.search("00:30Z on the 15th")
