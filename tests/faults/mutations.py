@@ -94,6 +94,11 @@ USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
     "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
 )
+STORE_OUTAGE = "tests/faults/test_store_outage.py"
+HELD_THROUGH_OUTAGE = (
+    f"{STORE_OUTAGE}"
+    "::test_results_held_through_a_postgres_stop_are_stored_without_asking_the_ai_again"
+)
 PARTITION = tuple(
     "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
     f"_api_resumes[{limits}]"
@@ -1259,6 +1264,57 @@ MUTATIONS = (
             "tests/usage/test_checkpoints.py"
             "::test_a_failed_embedding_retry_reuses_the_chat_answer_and_pays_it_once",
         ),
+    ),
+    Mutation(
+        "held-result-dropped",
+        "a store that lost the database gives the try back (requeue): the next try asks the"
+        " AI again",
+        (
+            Edit(
+                EXECUTOR,
+                "                        holding = holding or self._hold(claim, exc)\n",
+                "                        raise _Outage(exc)\n",
+            ),
+        ),
+        (HELD_THROUGH_OUTAGE,),
+    ),
+    Mutation(
+        "quota-reserve-fails-closed",
+        "an upstream quota reservation that lost the database fails the try: an answer in"
+        " hand (a card's chat) is asked for again",
+        (
+            Edit(
+                QUOTAS,
+                "            if not is_connection_loss(exc):\n                raise\n"
+                '            outages.DATABASE.lost(exc, "reserving an upstream quota")\n',
+                "            raise\n",
+            ),
+        ),
+        (HELD_THROUGH_OUTAGE,),
+    ),
+    Mutation(
+        "ledger-counts-twice",
+        "the ledger writes a try's calls again when they are written again",
+        (
+            Edit(
+                "libs/common/src/san_common/usage/ledger.py",
+                "WHERE NOT EXISTS (\n",
+                "WHERE $1::uuid[] IS NOT NULL OR NOT EXISTS (\n",
+            ),
+        ),
+        ("tests/usage/test_ledger.py::test_a_try_s_calls_written_again_are_counted_once",),
+    ),
+    Mutation(
+        "heartbeat-warns-each-beat",
+        "a heartbeat lost to a database outage is a WARNING every beat, not the outage's one",
+        (
+            Edit(
+                LEASES_KEEPER,
+                "                if failure is not None and is_connection_loss(failure):\n",
+                "                if failure is not None and not failure:\n",
+            ),
+        ),
+        (HELD_THROUGH_OUTAGE,),
     ),
     Mutation(
         "quota-wait-unrecorded",
