@@ -143,7 +143,7 @@ MUTATIONS = (
             ),
             Edit(
                 STORE,
-                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "    if len(done) < count:\n        raise _LeaseLost(done)\n",
                 "",
             ),
         ),
@@ -203,11 +203,40 @@ MUTATIONS = (
         (
             Edit(
                 STORE,
-                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "    if len(done) < count:\n        raise _LeaseLost(done)\n",
                 "",
             ),
         ),
         (f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one",),
+    ),
+    Mutation(
+        "driver-write-outside-transaction",
+        "the writes a completion runs on the driver commit on their own (outside the"
+        " completion's transaction: a taken-over try's write commits)",
+        (
+            Edit(
+                STORE,
+                "async with driver_connection(self._engine) as connection,"
+                " connection.transaction():",
+                "async with driver_connection(self._engine) as connection:",
+            ),
+        ),
+        (
+            f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one"
+            "[driver]",
+        ),
+    ),
+    Mutation(
+        "driver-skips-conversions",
+        "a write whose parameters SQLAlchemy converts (JSONB) runs on the driver unconverted",
+        (
+            Edit(
+                STORE,
+                "bind.type.dialect_impl(dialect).bind_processor(dialect) is None",
+                "bind is not None",
+            ),
+        ),
+        (f"{GROUP}::test_a_write_whose_parameters_sqlalchemy_converts_goes_through_sqlalchemy",),
     ),
     Mutation(
         "group-no-fallback",

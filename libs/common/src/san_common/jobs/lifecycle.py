@@ -556,18 +556,21 @@ async def extend_lease(
 
 
 async def complete_batch(
-    session: AsyncSession, tries: Sequence[tuple[uuid.UUID, int]]
+    session: AsyncSession | asyncpg.Connection, tries: Sequence[tuple[uuid.UUID, int]]
 ) -> set[uuid.UUID]:
     """COMPLETE: PROCESSING → COMPLETED for each (job, try) whose try still holds the job,
     with its try row and its target row's mirrored status; returns those job ids (the
-    others were taken over: their try changed nothing)."""
+    others were taken over: their try changed nothing). In the caller's transaction: a
+    session's, or one the worker holds open on the driver (`asyncpg.Connection`, when its
+    handlers' writes are single statements: worker/store.py)."""
     if not tries:
         return set()
+    statement = _with_mirrors(_COMPLETE_BATCH, "done", _COMPLETED)
+    params = ([job_id for job_id, _ in tries], [no for _, no in tries])
+    if not isinstance(session, AsyncSession):
+        return {row[0] for row in await session.fetch(statement, *params)}
     connection = await session.connection()
-    rows = await connection.exec_driver_sql(
-        _with_mirrors(_COMPLETE_BATCH, "done", _COMPLETED),
-        ([job_id for job_id, _ in tries], [no for _, no in tries]),
-    )
+    rows = await connection.exec_driver_sql(statement, params)
     return {job_id for (job_id,) in rows}
 
 
