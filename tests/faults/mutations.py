@@ -83,9 +83,21 @@ AI_QUOTA = (
     "::test_two_workers_share_the_ai_quota_without_429s_or_spent_tries[on]"
 )
 USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
+RUNNABLE = "services/recovery/src/san_recovery/runnable.py"
+RUNNABLE_TESTS = "tests/recovery/test_runnable.py"
+DEPTHS = "libs/common/src/san_common/broker/depths.py"
+WAITING_VISIBLE = (
+    "tests/faults/test_waiting_visible.py"
+    "::test_a_job_waiting_for_the_quota_says_so_and_is_not_runnable"
+)
 USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
     "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
+)
+STORE_OUTAGE = "tests/faults/test_store_outage.py"
+HELD_THROUGH_OUTAGE = (
+    f"{STORE_OUTAGE}"
+    "::test_results_held_through_a_postgres_stop_are_stored_without_asking_the_ai_again"
 )
 PARTITION = tuple(
     "tests/api/test_edge.py::test_a_database_that_stops_answering_costs_503s_in_time_and_the"
@@ -1280,6 +1292,100 @@ MUTATIONS = (
         (
             "tests/usage/test_checkpoints.py"
             "::test_a_failed_embedding_retry_reuses_the_chat_answer_and_pays_it_once",
+        ),
+    ),
+    Mutation(
+        "held-result-dropped",
+        "a store that lost the database gives the try back (requeue): the next try asks the"
+        " AI again",
+        (
+            Edit(
+                EXECUTOR,
+                "                        holding = holding or self._hold(claim, exc)\n",
+                "                        raise _Outage(exc)\n",
+            ),
+        ),
+        (HELD_THROUGH_OUTAGE,),
+    ),
+    Mutation(
+        "quota-reserve-fails-closed",
+        "an upstream quota reservation that lost the database fails the try: an answer in"
+        " hand (a card's chat) is asked for again",
+        (
+            Edit(
+                QUOTAS,
+                "            if not is_connection_loss(exc):\n                raise\n"
+                '            outages.DATABASE.lost(exc, "reserving an upstream quota")\n',
+                "            raise\n",
+            ),
+        ),
+        (HELD_THROUGH_OUTAGE,),
+    ),
+    Mutation(
+        "ledger-counts-twice",
+        "the ledger writes a try's calls again when they are written again",
+        (
+            Edit(
+                "libs/common/src/san_common/usage/ledger.py",
+                "WHERE NOT EXISTS (\n",
+                "WHERE $1::uuid[] IS NOT NULL OR NOT EXISTS (\n",
+            ),
+        ),
+        ("tests/usage/test_ledger.py::test_a_try_s_calls_written_again_are_counted_once",),
+    ),
+    Mutation(
+        "heartbeat-warns-each-beat",
+        "a heartbeat lost to a database outage is a WARNING every beat, not the outage's one",
+        (
+            Edit(
+                LEASES_KEEPER,
+                "                if failure is not None and is_connection_loss(failure):\n",
+                "                if failure is not None and not failure:\n",
+            ),
+        ),
+        (HELD_THROUGH_OUTAGE,),
+    ),
+    Mutation(
+        "quota-wait-unrecorded",
+        "a job refused by the upstream quota waits without saying what for",
+        (
+            Edit(
+                EXECUTOR,
+                "waiting_for=exc.waiting_for if isinstance(exc, SystemWait) else None,",
+                "waiting_for=None,",
+            ),
+        ),
+        (WAITING_VISIBLE,),
+    ),
+    Mutation(
+        "runnable-counts-future-messages",
+        "the scaling signal counts outbox messages not due yet (jobs waiting for a reset)",
+        (
+            Edit(
+                RUNNABLE,
+                "WHERE published_at IS NULL AND available_at <= now()",
+                "WHERE published_at IS NULL",
+            ),
+        ),
+        (
+            f"{RUNNABLE_TESTS}::test_runnable_work_is_counted_wherever_it_is_and_quota_waits_are_not",
+            WAITING_VISIBLE,
+        ),
+    ),
+    Mutation(
+        "runnable-ignores-quota-room",
+        "at a quota's reset, the scaling signal counts every job that waited for it",
+        (Edit(RUNNABLE, "self.running - self.beyond_quota)", "self.running)"),),
+        (
+            f"{RUNNABLE_TESTS}::test_at_the_reset_only_as_many_waiting_jobs_as_the_quota_admits_count",
+        ),
+    ),
+    Mutation(
+        "queue-depth-cached",
+        "a queue's depth is read once and then answered from the channel's cache",
+        (Edit(DEPTHS, "passive=True, robust=False)", "passive=True)"),),
+        (
+            f"{RUNNABLE_TESTS}::test_runnable_work_is_counted_wherever_it_is_and_quota_waits_are_not",
         ),
     ),
 )

@@ -4,6 +4,7 @@ delivery is settled exactly once."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -134,10 +135,43 @@ async def test_a_lost_database_connection_requeues_never_fails(stage: str, loss:
     store, handler = MemoryStore(fail_on={stage: loss()}), Scripted(*errors)
     job = store.add(new_job())
     delivery = delivery_for(job)
-    assert await executor(store, handler).handle(delivery) == Outcome.REQUEUED
+    # With no result held (WORKER_HELD_RESULTS=0) a lost store gives the try back as well.
+    runner = Executor(
+        store=store,
+        handlers={"CARD_ANALYSIS": handler},
+        config=dataclasses.replace(CONFIG, held_results=0),
+        worker_id="w-test",
+    )
+    assert await runner.handle(delivery) == Outcome.REQUEUED
     assert delivery.settled == ["requeue"]
     assert job.status == "PENDING"  # released (the claim's own failure never claimed it)
     assert job.error_message is None
+
+
+async def test_a_lost_connection_in_the_store_holds_the_result_and_stores_it_once() -> None:
+    """The real outage is tests/faults/test_store_outage.py; this is the decision."""
+    loss = asyncpg.exceptions.AdminShutdownError("terminating connection")
+    store, handler = MemoryStore(fail_on={"finish": loss}), Scripted()
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    assert await executor(store, handler).handle(delivery) == Outcome.COMPLETED
+    assert handler.runs == 1 and store.stored == ["result"]
+    assert delivery.settled == ["ack"] and job.status == "COMPLETED"
+
+
+async def test_a_result_held_past_the_hold_time_is_given_back() -> None:
+    loss = asyncpg.exceptions.AdminShutdownError("terminating connection")
+    store, handler = MemoryStore(fail_on={"finish": loss}), Scripted()
+    job = store.add(new_job())
+    delivery = delivery_for(job)
+    runner = Executor(
+        store=store,
+        handlers={"CARD_ANALYSIS": handler},
+        config=dataclasses.replace(CONFIG, hold_seconds=0.1),
+        worker_id="w-test",
+    )
+    assert await runner.handle(delivery) == Outcome.REQUEUED
+    assert delivery.settled == ["requeue"] and store.stored == []
 
 
 async def test_an_unexpected_store_error_still_settles_the_delivery() -> None:

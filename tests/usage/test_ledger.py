@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from san_common import metrics
 from san_common.models import AiUsage
+from san_common.usage import AiCall, TryUsage, ledger
 from tests.usage.conftest import PRICES, System
 from tests.waiting import settled_job_via_api
 
@@ -129,3 +130,23 @@ async def test_me_usage_rejects_a_bad_range(system: System) -> None:
     assert long.status_code == 400, long.text
     garbage = await system.api.get("/me/usage", params={"from": "yesterday"}, headers=headers)
     assert garbage.status_code == 400, garbage.text
+
+
+async def test_a_try_s_calls_written_again_are_counted_once(system: System) -> None:
+    """A worker holding a result through an outage writes its try's calls again when a
+    commit's answer was lost (tests/faults/test_store_outage.py): the ledger keeps the first
+    write and skips the rest, whichever statement they come in."""
+    job_id, user_id = uuid.uuid4(), uuid.uuid4()
+    calls = [
+        AiCall("gpt-4o-mini", "chat", 100, 20, 0, False, 5, Decimal("0.0003")),
+        AiCall("text-embedding-3-small", "embedding", 0, 0, 40, False, 2, Decimal(0)),
+    ]
+    first = TryUsage(job_id, 1, user_id, "CARD_ANALYSIS", calls)
+    second_try = TryUsage(job_id, 2, user_id, "CARD_ANALYSIS", calls[:1])
+    async with system.sessions() as session, session.begin():
+        assert await ledger.insert(session, [first]) == 2
+    async with system.sessions() as session, session.begin():
+        await ledger.insert(session, [first, second_try])  # first again, beside a new try
+    async with system.sessions() as session:
+        rows = (await session.scalars(select(AiUsage).where(AiUsage.job_id == job_id))).all()
+    assert sorted((r.try_no, r.call) for r in rows) == [(1, "chat"), (1, "embedding"), (2, "chat")]

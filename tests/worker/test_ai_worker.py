@@ -3,6 +3,7 @@ fake OpenAI-compatible server on loopback through the real `openai` provider."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ from san_common.models import AsyncJobTry, KnowledgeCard, OutboxMessage, Scrap, 
 from san_common.worker import WorkerRuntime
 from tests.fakes.fake_ai import FakeAiServer
 from tests.faults.harness import killing_trigger, run_sql
-from tests.running import worker_and_relay
+from tests.running import FAST, worker_and_relay
 from tests.waiting import eventually, settled_job
 
 pytestmark = pytest.mark.rabbit
@@ -67,8 +68,13 @@ class Harness:
 
 @pytest.fixture
 async def harness(
-    fresh_db_url: str, amqp_url: str, topology: Topology, fake_ai: FakeAiServer
+    fresh_db_url: str,
+    amqp_url: str,
+    topology: Topology,
+    fake_ai: FakeAiServer,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Harness]:
+    config = getattr(request, "param", FAST)  # a test's own RuntimeConfig (indirect)
     engine = create_engine(fresh_db_url, pool_size=10)
     sessions = create_session_factory(engine)
     provider = build_provider(
@@ -78,7 +84,7 @@ async def harness(
     fake_ai.chat_override = None
     try:
         async with worker_and_relay(
-            sessions, fresh_db_url, amqp_url, topology, build_handlers(provider)
+            sessions, fresh_db_url, amqp_url, topology, build_handlers(provider), config
         ) as worker:
             yield Harness(sessions, fake_ai, worker)
     finally:
@@ -234,30 +240,58 @@ CREATE TRIGGER kill_refine_store BEFORE UPDATE OF refined_content ON scraps
 )
 
 
-async def test_an_outage_mid_job_requeues_and_the_job_completes(
+async def test_an_outage_in_the_store_holds_the_result_and_the_job_completes_once(
     harness: Harness, fresh_db_url: str
 ) -> None:
     """The database connection dies while results are stored (the backend terminated under
-    the statement): the message goes back to the queue after a pause, the job is taken
+    the statement): the worker holds the result and stores it again once it can — the
+    same try completes, and the AI is asked once (docs/reliability.md, "Held results")."""
+    await run_sql(fresh_db_url, KILL_TWO_STORES)
+    marker = uuid.uuid4().hex
+    scrap = await harness.scrap(f"survives an outage {marker}")
+    job = await settled_job(harness.sessions, await harness.register(JobType.SCRAP_REFINE, scrap))
+    assert job.status == "COMPLETED", job.error_message
+    refined, killed, outcomes = await _after_the_kills(harness, scrap, job.job_id)
+    assert refined
+    assert killed == 3, "two stores lost their connection, the third stored"
+    assert outcomes == ["completed"]
+    assert harness.chat_requests("scrap_refine", marker) == 1
+
+
+@pytest.mark.parametrize(
+    "harness", [dataclasses.replace(FAST, held_results=0)], ids=["no-held-results"], indirect=True
+)
+async def test_an_outage_in_the_store_with_no_result_held_requeues_and_the_job_completes(
+    harness: Harness, fresh_db_url: str
+) -> None:
+    """With no result held (WORKER_HELD_RESULTS=0, or past the cap), the same outage takes
+    the outage path: the message goes back to the queue after a pause, the job is taken
     back, and it completes — once."""
     await run_sql(fresh_db_url, KILL_TWO_STORES)
     marker = uuid.uuid4().hex
     scrap = await harness.scrap(f"survives an outage {marker}")
     job = await settled_job(harness.sessions, await harness.register(JobType.SCRAP_REFINE, scrap))
     assert job.status == "COMPLETED", job.error_message
-    async with harness.sessions() as session:
-        refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
-        killed = await session.scalar(text("SELECT last_value FROM kill_store"))
-        outcomes = (
-            await session.scalars(
-                select(AsyncJobTry.outcome)
-                .where(AsyncJobTry.job_id == job.job_id)
-                .order_by(AsyncJobTry.try_no)
-            )
-        ).all()
+    refined, killed, outcomes = await _after_the_kills(harness, scrap, job.job_id)
     assert refined
     assert killed == 3, "two stores lost their connection, the third stored"
     # an outage is not the job's fault: the interrupted tries were given back, none spent
     assert outcomes == ["released", "released", "completed"]
     # each delivery called the AI again, but only one result was stored and completed
     assert harness.chat_requests("scrap_refine", marker) == 3
+
+
+async def _after_the_kills(
+    harness: Harness, scrap: Scrap, job_id: uuid.UUID
+) -> tuple[str | None, int, list[str | None]]:
+    async with harness.sessions() as session:
+        refined = await session.scalar(select(Scrap.refined_content).where(Scrap.id == scrap.id))
+        killed = await session.scalar(text("SELECT last_value FROM kill_store"))
+        outcomes = (
+            await session.scalars(
+                select(AsyncJobTry.outcome)
+                .where(AsyncJobTry.job_id == job_id)
+                .order_by(AsyncJobTry.try_no)
+            )
+        ).all()
+    return refined, int(killed or 0), list(outcomes)

@@ -47,6 +47,18 @@ OUTBOX_PUBLISH_LAG = Histogram(
 QUEUE_MESSAGES = Gauge(
     "san_queue_messages_ready", "Messages ready in a broker queue (polled by the relay)", ["queue"]
 )
+# The scaling signal (services/recovery/.../runnable.py), which the KEDA triggers read.
+QUEUE_RUNNABLE = Gauge(
+    "san_queue_runnable_jobs",
+    "Jobs of a queue a worker could run now: ready, due in the outbox or running; not those "
+    "waiting for an upstream quota, a budget or their user's fair share",
+    ["queue"],
+)
+QUEUE_WAITING = Gauge(
+    "san_queue_waiting_jobs",
+    "PENDING jobs of a queue waiting for an upstream quota, a budget or their fair share",
+    ["queue"],
+)
 
 # Recovery sweeps (services/recovery); `sweep` is ghost, failed, orphans, unrefined, daily-til.
 RECOVERY_JOBS_FOUND = Counter(
@@ -77,6 +89,20 @@ STRANDED_REPUBLISHED = Counter(
     ["job_type"],
 )
 
+# Results a worker holds through a database outage (san_common.worker.executor, "Held
+# results"); how each hold ended: stored, fenced (its try no longer held the job), failed
+# (its store raised, once the database answered), given_back (past WORKER_HOLD_SECONDS),
+# over_cap (not held: WORKER_HELD_RESULTS were held already).
+HELD_RESULTS = Gauge(
+    "san_worker_held_results", "Job results held in memory until PostgreSQL answers"
+)
+RESULTS_HELD = Counter(
+    "san_worker_results_held_total",
+    "Job results whose store a database outage interrupted, by how the hold ended",
+    ["job_type", "outcome"],
+)
+HOLD_OUTCOMES = ("stored", "fenced", "failed", "given_back", "over_cap")
+
 JOB_OUTCOMES = ("completed", "failed", "lease_lost")
 DEAD_LETTER_REASONS = ("unreadable", "version", "unroutable", "foreign", "unknown-job")
 
@@ -91,6 +117,8 @@ def init_worker_series(job_types: Iterable[str]) -> None:
         MESSAGES_SKIPPED.labels(job_type)
         JOB_DURATION.labels(job_type)
         JOB_QUEUE_WAIT.labels(job_type)
+        for how in HOLD_OUTCOMES:
+            RESULTS_HELD.labels(job_type, how)
     for reason in DEAD_LETTER_REASONS:
         MESSAGES_DEAD_LETTERED.labels(reason)
 

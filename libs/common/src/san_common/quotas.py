@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_common import outages
-from san_common.errors import TransientJobError, is_connection_loss
+from san_common.errors import SystemWait, is_connection_loss
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,11 @@ PROBE_SECONDS = 30.0
 PROBE_WAIT_SECONDS = 1.0
 
 
-class QuotaWait(TransientJobError):
+class QuotaWait(SystemWait):
     """The upstream's budget is spent until its reset: the job waits that long, however
-    long, spending no try (the call was never sent)."""
+    long, spending no try (the call was never sent). `key` is the upstream's."""
 
-    unbounded_wait = True
+    waiting_for = "upstream-quota"
 
 
 @dataclass(frozen=True)
@@ -220,27 +220,44 @@ class UpstreamQuotas:
     ) -> AsyncIterator[Ticket]:
         """Reserve one call of `key` costing about `tokens`, or raise `QuotaWait`; settle it
         on exit with what `Ticket.answered` recorded (nothing: the call got no answer, and
-        what it cost stays spent)."""
-        await self.reserve(key, tokens, static)
+        what it cost stays spent). With the database unreachable the call goes unmetered,
+        as with quotas off, and nothing is settled."""
         ticket = Ticket(estimate=tokens)
+        if not await self.reserve(key, tokens, static):
+            yield ticket
+            return
         try:
             yield ticket
         finally:
             await self.settle(key, tokens, ticket.answer)
 
-    async def reserve(self, key: str, tokens: int, static: Static) -> None:
-        async with self._engine.begin() as connection:
-            await connection.exec_driver_sql(_SEED, (key, static.requests, static.tokens))
-            row = (
-                await connection.exec_driver_sql(
-                    _RESERVE, (key, tokens, self._window, self._probe, PROBE_WAIT_SECONDS)
-                )
-            ).one()
+    async def reserve(self, key: str, tokens: int, static: Static) -> bool:
+        """True once reserved; `QuotaWait` when the budget has no room. False when the
+        database is unreachable: the call goes unmetered rather than fail the job's try —
+        an answer the job already holds (a card's chat call before its embedding) would be
+        asked for again by the next try, and the worker holds a result through the outage
+        (docs/reliability.md, "Held results"); the upstream's own 429s still pace it."""
+        try:
+            async with self._engine.begin() as connection:
+                await connection.exec_driver_sql(_SEED, (key, static.requests, static.tokens))
+                row = (
+                    await connection.exec_driver_sql(
+                        _RESERVE, (key, tokens, self._window, self._probe, PROBE_WAIT_SECONDS)
+                    )
+                ).one()
+        except Exception as exc:
+            if not is_connection_loss(exc):
+                raise
+            outages.DATABASE.lost(exc, "reserving an upstream quota")
+            return False
         if not row.admitted:
             wait = max(0.0, float(row.wait or PROBE_WAIT_SECONDS))
             raise QuotaWait(
-                f"upstream quota of {key} is spent; next call in {wait:.1f}s", retry_after=wait
+                f"upstream quota of {key} is spent; next call in {wait:.1f}s",
+                retry_after=wait,
+                key=key,
             )
+        return True
 
     async def settle(self, key: str, estimate: int, answer: Answer | None) -> None:
         said = answer or Answer()

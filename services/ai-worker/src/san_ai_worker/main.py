@@ -12,14 +12,12 @@ from san_ai_worker.ai.provider import build_provider
 from san_ai_worker.budget import BudgetGate
 from san_ai_worker.handlers import build_handlers
 from san_ai_worker.settings import AiWorkerSettings
-from san_common import cli, probes
+from san_common import cli
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_session_factory
-from san_common.dependencies import require_broker, require_database
-from san_common.probes import Readiness
-from san_common.process import serve
 from san_common.settings import load_settings
 from san_common.worker import WorkerRuntime
+from san_common.worker.service import serve_worker
 
 PROG = "san-ai-worker"
 
@@ -41,15 +39,7 @@ async def amain(settings: AiWorkerSettings) -> None:
         gate=BudgetGate(sessions, settings.default_budget(), settings.budget_at_run),
     )
     try:
-        await require_database(PROG, engine, settings.database_url)
-        await require_broker(PROG, settings.amqp_url)
-        ready = Readiness(
-            {
-                "database": probes.database(engine),
-                "consumer": probes.flag(runtime.consuming, "not consuming"),
-            }
-        )
-        await serve(settings, runtime.run, ready)
+        await serve_worker(PROG, settings, engine, runtime)
     finally:
         await github.aclose()
         await ai.aclose()

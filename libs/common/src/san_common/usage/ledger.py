@@ -17,12 +17,18 @@ from san_common.usage import TryUsage
 
 Connection: TypeAlias = AsyncSession | AsyncConnection | asyncpg.Connection
 
+# A try's calls are written in one statement, once: a try the ledger already has is
+# skipped, so writing them again after a commit whose answer was lost (a worker holding a
+# result through an outage retries it) counts nothing twice.
 _INSERT = """
 INSERT INTO ai_usage (job_id, try_no, user_id, job_type, model, call, prompt_tokens,
     completion_tokens, embedding_tokens, estimated, latency_ms, cost_usd)
 SELECT * FROM unnest($1::uuid[], $2::integer[], $3::uuid[], $4::text[], $5::text[],
     $6::text[], $7::integer[], $8::integer[], $9::integer[], $10::boolean[], $11::integer[],
-    $12::numeric[])
+    $12::numeric[]) AS u (job_id, try_no)
+WHERE NOT EXISTS (
+    SELECT FROM ai_usage AS a WHERE a.job_id = u.job_id AND a.try_no = u.try_no
+)
 """
 
 _OF_JOB = """
@@ -140,7 +146,8 @@ async def execute(connection: Connection, statement: str, *params: object) -> No
 
 
 async def insert(connection: Connection, tries: Sequence[TryUsage]) -> int:
-    """The calls of `tries`, one row each, in one statement; returns how many."""
+    """The calls of `tries`, one row each, in one statement, but for a try the ledger has
+    already (`_INSERT`); returns how many calls it was given."""
     rows = [(t, c) for t in tries for c in t.calls]
     if not rows:
         return 0

@@ -13,10 +13,10 @@ Per delivery:
    next try → ack (its message for that time is already in the outbox);
 3. `load` (short transaction; none for a handler with nothing to load) → `run` (no
    transaction, bounded by the job type's timeout) → `store` + COMPLETED (one transaction,
-   fenced); on failure the `RetryPolicy` decides: a retry ends the try, sets the job
-   PENDING with `next_attempt_at` and adds its next message to the outbox, due then (one
-   transaction) — nobody sleeps holding a slot; giving up marks it FAILED with the cause
-   chain;
+   fenced; a database outage there holds the result, below); on failure the
+   `RetryPolicy` decides: a retry ends the try, sets the job PENDING with
+   `next_attempt_at` and adds its next message to the outbox, due then (one transaction) —
+   nobody sleeps holding a slot; giving up marks it FAILED with the cause chain;
 4. ack last, so a crash anywhere before redelivers the message, and the claim makes that
    redelivery harmless.
 
@@ -28,6 +28,14 @@ delivery count) — never FAILED. A claim that lost a deadlock to another transa
 requeued the same way. Anything else is a bug: it is logged with its traceback, and its
 delivery requeued after the same pause, so a bug that repeats neither spins nor passes
 for an outage; the quorum queue's delivery limit ends a message that keeps failing.
+
+Held results: an outage that interrupts the store of a result `run` produced does not give
+the delivery back — the next try would ask the AI again for an answer already in hand. The
+result (and the try's usage-ledger rows, if they were not written either) is held in
+memory, the delivery unacked, and the store retried until the database answers
+(docs/reliability.md, "Held results"). At most `held_results` at once per process and for
+`hold_seconds` each; beyond either, the outage path above gives the try back. The store is
+fenced like any other: a try taken over meanwhile writes nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,12 +54,13 @@ from typing import Any, Protocol
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 from pydantic import ValidationError
 
-from san_common import usage
+from san_common import metrics, usage
 from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.errors import (
     JobFailure,
     PermanentJobError,
     Stage,
+    SystemWait,
     TransientJobError,
     cause_chain,
     is_connection_loss,
@@ -130,6 +140,11 @@ class RuntimeConfig:
     # How often the consumer reads the paused job types (operators' pause/resume).
     pause_poll_seconds: float = 1.0
     outage_policy: RetryPolicy = ROUND_BACKOFF
+    # Results whose store a database outage interrupted, kept in memory and stored once it
+    # answers (executor docstring, "Held results"): at most this many at once (0: none
+    # held, the outage gives the try back), each for at most `hold_seconds`.
+    held_results: int = 100
+    hold_seconds: float = 300.0
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -215,6 +230,7 @@ class Executor:
         # The deadline of each job whose handler runs now, and the jobs cancelled meanwhile.
         self._deadlines: dict[uuid.UUID, asyncio.Timeout] = {}
         self._cancelled: set[uuid.UUID] = set()
+        self._held = 0  # results held through a database outage now
 
     @property
     def job_types(self) -> list[str]:
@@ -404,7 +420,7 @@ class Executor:
                             deadline.reschedule(asyncio.get_running_loop().time())
                         result = await handler.run(job, payload)
                 except Exception as exc:  # the external call's failure, whatever its class
-                    await self._record_usage(spent)
+                    await self._record_failed_usage(spent)
                     if job.job_id in self._cancelled:
                         # The cancel ended the job and closed this try: nothing to write.
                         return Outcome.CANCELLED
@@ -413,18 +429,92 @@ class Executor:
                     return await self._failed(context, claim, exc, Stage.CALL)
                 finally:
                     self._deadlines.pop(job.job_id, None)
-            await self._record_usage(spent)
-            try:
-                stored = await self._store.finish(claim, handler, result)
-            except Exception as exc:
-                if is_connection_loss(exc):
-                    raise _Outage(exc) from exc
-                return await self._failed(context, claim, exc, Stage.STORE)
-            if not stored:
-                return self._lease_lost(context)
-            return Outcome.COMPLETED
+            return await self._store_result(context, claim, handler, result, spent)
         finally:
             self._leases.release(claim)
+
+    async def _store_result(
+        self,
+        context: JobContext,
+        claim: Claim,
+        handler: JobHandler[Any, Any],
+        result: Any,
+        spent: usage.TryUsage,
+    ) -> Outcome:
+        """The try's usage rows, then `store` + COMPLETED. A database outage in either holds
+        them (`_hold`) rather than give the delivery back, so the answer `run` paid for is
+        not asked for again. Only what did not get written is retried: the usage rows are
+        written once (the ledger skips a try it already has, should a commit's answer have
+        been lost), and a completion whose answer was lost finds its try closed and changes
+        nothing."""
+        unrecorded = spent if spent.calls else None
+        holding: _Holding | None = None
+        try:
+            while True:
+                began = time.monotonic()
+                try:
+                    if unrecorded is not None:
+                        await self._record_usage(unrecorded)
+                        unrecorded = None
+                    stored = await self._store.finish(claim, handler, result)
+                except Exception as exc:
+                    if not is_connection_loss(exc):
+                        if holding is not None:
+                            holding.settled("failed")
+                        return await self._failed(context, claim, exc, Stage.STORE)
+                    try:
+                        holding = holding or self._hold(claim, exc)
+                        await holding.wait(exc)
+                    except _Outage:  # not held (the cap), or past the hold time: given back
+                        if unrecorded is not None:
+                            log.warning(
+                                "could not write %d AI call(s) to the usage ledger",
+                                len(unrecorded.calls),
+                                extra={"fields": {"error": cause_chain(exc)[:500]}},
+                            )
+                        raise
+                    continue
+                if holding is None:
+                    return Outcome.COMPLETED if stored else self._lease_lost(context)
+                DATABASE.answered(began)
+                holding.settled("stored" if stored else "fenced")
+                context.fields["held_s"] = holding.seconds
+                if stored:
+                    return Outcome.COMPLETED
+                # Expected after an outage, not a fault: the lease ran out meanwhile and the
+                # job was taken over, or cancelled, or the first store's commit made it and
+                # only its answer was lost. The fence kept this store from writing.
+                log.info("held result not stored: its try no longer holds the job")
+                return Outcome.LEASE_LOST
+        finally:
+            if holding is not None:
+                holding.end()
+
+    def _hold(self, claim: Claim, error: BaseException) -> _Holding:
+        """Begin holding `claim`'s result through a database outage; `_Outage` (today's
+        give-back) when holding is off or `held_results` results are held already."""
+        if self._held >= self._config.held_results:
+            metrics.RESULTS_HELD.labels(claim.job.job_type, "over_cap").inc()
+            raise _Outage(error)
+        log.info(
+            "database unavailable; result held until it answers",
+            extra={"fields": {"try": claim.try_no, "held": self._held + 1}},
+        )
+        return _Holding(self, claim.job.job_type, self._config.hold_seconds)
+
+    async def _record_usage(self, spent: usage.TryUsage) -> None:
+        """The try's AI calls into the ledger. A lost connection is raised (the caller holds
+        them with the result); any other failure is logged with what was lost."""
+        try:
+            await self._store.record_usage(spent)
+        except Exception as exc:
+            if is_connection_loss(exc):
+                raise
+            _log_failure(
+                log.warning,
+                f"could not write {len(spent.calls)} AI call(s) to the usage ledger",
+                exc,
+            )
 
     async def _failed(
         self, context: JobContext, claim: Claim, exc: BaseException, stage: str
@@ -444,6 +534,9 @@ class Executor:
                     summary=summarize(exc, stage, retrying=True),
                     outcome=TryOutcome(outcome.value),
                     checkpoint=getattr(exc, "checkpoint", None),
+                    # a wait the system imposed (a quota, a budget) is shown as such
+                    waiting_for=exc.waiting_for if isinstance(exc, SystemWait) else None,
+                    waiting_key=exc.key if isinstance(exc, SystemWait) else None,
                 )
                 if at is None:
                     return self._lease_lost(context)
@@ -461,10 +554,10 @@ class Executor:
                 raise _Outage(db_exc) from db_exc
             raise
 
-    async def _record_usage(self, spent: usage.TryUsage) -> None:
-        """The try's AI calls into the ledger, whatever became of the try: they were paid
-        for. Best effort: a database outage loses these rows rather than the job's result
-        (logged with what was lost)."""
+    async def _record_failed_usage(self, spent: usage.TryUsage) -> None:
+        """The AI calls of a try whose `run` failed, into the ledger: they were paid for.
+        Best effort: a database outage loses these rows (logged with what was lost) rather
+        than hold a try that has no result to keep."""
         if not spent.calls:
             return
         try:
@@ -519,8 +612,6 @@ class Executor:
             _log_failure(log.info, "ack failed; the broker will redeliver the message", exc)
 
     async def _dead_letter(self, delivery: Delivery, kind: str, reason: str) -> Outcome:
-        from san_common import metrics
-
         fields = {"fields": {"reason": kind, "detail": reason}}
         if kind not in SHARED_QUEUE_REASONS:
             log.error("message dead-lettered: %s", reason, extra=fields)
@@ -555,6 +646,50 @@ class Executor:
     def _timeout(self, job_type: str) -> float:
         spec = registry.find(job_type)
         return spec.timeout_seconds if spec is not None else 600.0
+
+
+# The first wait of a held result before its store goes again, doubled each time up to the
+# last: short, so a held result lands within a couple of seconds of the database's return.
+HOLD_FIRST_WAIT_SECONDS = 0.25
+HOLD_LAST_WAIT_SECONDS = 2.0
+
+
+class _Holding:
+    """One result held through a database outage: counted against the process's cap (and
+    in the `san_worker_held_results` gauge) until `end`."""
+
+    def __init__(self, executor: Executor, job_type: str, hold_seconds: float) -> None:
+        self._executor = executor
+        self._job_type = job_type
+        self._began = time.monotonic()
+        self._until = self._began + hold_seconds
+        self._wait = HOLD_FIRST_WAIT_SECONDS
+        self._ended = False
+        executor._held += 1
+        metrics.HELD_RESULTS.inc()
+
+    @property
+    def seconds(self) -> float:
+        return round(time.monotonic() - self._began, 1)
+
+    async def wait(self, error: BaseException) -> None:
+        """Until the store is worth trying again; `_Outage` once the hold time is spent."""
+        if time.monotonic() + self._wait > self._until:
+            self.settled("given_back")
+            raise _Outage(error)
+        # the outage's one WARNING (san_common.outages), not one per result held
+        DATABASE.lost(error, "storing a job's result")
+        await asyncio.sleep(self._wait)
+        self._wait = min(self._wait * 2, HOLD_LAST_WAIT_SECONDS)
+
+    def settled(self, how: str) -> None:
+        metrics.RESULTS_HELD.labels(self._job_type, how).inc()
+
+    def end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._executor._held -= 1
+            metrics.HELD_RESULTS.dec()
 
 
 def _is_database_state(exc: BaseException) -> bool:

@@ -16,7 +16,8 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from san_common.errors import cause_chain
+from san_common.errors import cause_chain, is_connection_loss
+from san_common.outages import DATABASE
 
 if TYPE_CHECKING:
     from san_common.worker.store import Claim, JobStore
@@ -51,7 +52,11 @@ class LeaseKeeper:
                     *(self._store.extend(c, self._lease) for c in claims), return_exceptions=True
                 )
                 failure = next((r for r in results if isinstance(r, BaseException)), None)
-                if failure is not None:  # a missed beat is survivable: the next may get through
+                if failure is not None and is_connection_loss(failure):
+                    # The outage's one WARNING (san_common.outages), not one a beat: results
+                    # held through it keep their claims here (executor, "Held results").
+                    DATABASE.lost(failure, "renewing leases")
+                elif failure is not None:  # a missed beat is survivable: the next may get through
                     log.warning(
                         "heartbeat failed", extra={"fields": {"error": cause_chain(failure)[:500]}}
                     )

@@ -25,6 +25,19 @@ class WorkerSettings(ServiceSettings):
     worker_drain_seconds: float = Field(default=30.0, ge=0)
     worker_rate_limit_waits: int = Field(default=5, ge=0, le=100)
     worker_max_retry_after_seconds: float = Field(default=900.0, ge=0)
+    worker_held_results: int = Field(
+        default=100,
+        ge=0,
+        le=10000,
+        description="Results a worker holds in memory while PostgreSQL is unreachable, "
+        "instead of giving their jobs back to be run (and the AI asked) again; 0 holds none",
+    )
+    worker_hold_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=1200,
+        description="Longest a held result waits for PostgreSQL before its job is given back",
+    )
     worker_database_timeout_seconds: float = Field(
         default=10.0,
         gt=0,
@@ -67,4 +80,6 @@ class WorkerSettings(ServiceSettings):
             drain_seconds=self.worker_drain_seconds,
             rate_limit_waits=self.worker_rate_limit_waits,
             max_retry_after_seconds=self.worker_max_retry_after_seconds,
+            held_results=self.worker_held_results,
+            hold_seconds=self.worker_hold_seconds,
         )

@@ -66,6 +66,8 @@ class JobStore(Protocol):
         summary: str,
         outcome: TryOutcome,
         checkpoint: dict[str, object] | None,
+        waiting_for: str | None = None,
+        waiting_key: str | None = None,
     ) -> datetime | None: ...
 
     async def release(self, claim: Claim, reason: str) -> bool: ...
@@ -390,6 +392,8 @@ class SqlJobStore:
         summary: str,
         outcome: TryOutcome,
         checkpoint: dict[str, object] | None,
+        waiting_for: str | None = None,
+        waiting_key: str | None = None,
     ) -> datetime | None:
         async with self._sessions() as session, session.begin():
             return await jobs.retry_later(
@@ -401,6 +405,8 @@ class SqlJobStore:
                 summary=summary,
                 outcome=outcome,
                 checkpoint=checkpoint,
+                waiting_for=waiting_for,
+                waiting_key=waiting_key,
             )
 
     async def release(self, claim: Claim, reason: str) -> bool:
