@@ -69,6 +69,8 @@ PARTITIONS = "tests/faults/test_partitions.py"
 CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
 STRANDED = "services/recovery/src/san_recovery/stranded.py"
 STRANDED_TESTS = "tests/faults/test_stranded.py"
+FAIR_SHARE_MIGRATION = "libs/common/src/san_common/db/migrations/versions/0018_fair_share.py"
+FAIR_SHARE = "tests/faults/test_fair_share.py"
 MAINTENANCE_TESTS = "tests/recovery/test_maintenance.py"
 OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
@@ -1293,6 +1295,47 @@ MUTATIONS = (
             "tests/usage/test_checkpoints.py"
             "::test_a_failed_embedding_retry_reuses_the_chat_answer_and_pays_it_once",
         ),
+    ),
+    Mutation(
+        "fairness-off",
+        "the relay ignores its windows: every due row is published at once, oldest first",
+        (
+            Edit(
+                RELAY,
+                "            if settings.relay_fair_share\n            else None",
+                "            if False\n            else None",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
+    ),
+    Mutation(
+        "fairness-fifo",
+        "the fair claim forgets the users: within a class, oldest first",
+        (
+            Edit(
+                FAIR_SHARE_MIGRATION,
+                "row_number() OVER (PARTITION BY r.queue ORDER BY r.eff, r.share, r.id)",
+                "row_number() OVER (PARTITION BY r.queue ORDER BY r.eff, r.id)",
+            ),
+            Edit(
+                FAIR_SHARE_MIGRATION,
+                "        ORDER BY p.eff, p.share, p.id\n        LIMIT batch",
+                "        ORDER BY p.eff, p.id\n        LIMIT batch",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
+    ),
+    Mutation(
+        "batch-above-interactive",
+        "the interactive class sorts after the batch class: the daily batch runs first",
+        (
+            Edit(
+                "libs/common/src/san_common/jobs/admission.py",
+                "    INTERACTIVE = 0  #",
+                "    INTERACTIVE = 2  #",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_a_til_b_waits_for_runs_before_the_daily_til_batch",),
     ),
     Mutation(
         "held-result-dropped",
