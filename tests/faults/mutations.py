@@ -88,6 +88,11 @@ USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
 RUNNABLE = "services/recovery/src/san_recovery/runnable.py"
 RUNNABLE_TESTS = "tests/recovery/test_runnable.py"
 DEPTHS = "libs/common/src/san_common/broker/depths.py"
+JOBS_ENDPOINTS = "services/api/src/san_api/jobs/endpoints.py"
+WAITING_FAIR = (
+    "tests/faults/test_waiting_visible.py"
+    "::test_jobs_held_back_by_fair_share_say_so_and_still_count_as_runnable"
+)
 WAITING_VISIBLE = (
     "tests/faults/test_waiting_visible.py"
     "::test_a_job_waiting_for_the_quota_says_so_and_is_not_runnable"
@@ -157,7 +162,7 @@ MUTATIONS = (
             ),
             Edit(
                 STORE,
-                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "    if len(done) < count:\n        raise _LeaseLost(done)\n",
                 "",
             ),
         ),
@@ -217,11 +222,40 @@ MUTATIONS = (
         (
             Edit(
                 STORE,
-                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "    if len(done) < count:\n        raise _LeaseLost(done)\n",
                 "",
             ),
         ),
         (f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one",),
+    ),
+    Mutation(
+        "driver-write-outside-transaction",
+        "the writes a completion runs on the driver commit on their own (outside the"
+        " completion's transaction: a taken-over try's write commits)",
+        (
+            Edit(
+                STORE,
+                "async with driver_connection(self._engine) as connection,"
+                " connection.transaction():",
+                "async with driver_connection(self._engine) as connection:",
+            ),
+        ),
+        (
+            f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one"
+            "[driver]",
+        ),
+    ),
+    Mutation(
+        "driver-skips-conversions",
+        "a write whose parameters SQLAlchemy converts (JSONB) runs on the driver unconverted",
+        (
+            Edit(
+                STORE,
+                "bind.type.dialect_impl(dialect).bind_processor(dialect) is None",
+                "bind is not None",
+            ),
+        ),
+        (f"{GROUP}::test_a_write_whose_parameters_sqlalchemy_converts_goes_through_sqlalchemy",),
     ),
     Mutation(
         "group-no-fallback",
@@ -1393,6 +1427,12 @@ MUTATIONS = (
         (
             f"{RUNNABLE_TESTS}::test_at_the_reset_only_as_many_waiting_jobs_as_the_quota_admits_count",
         ),
+    ),
+    Mutation(
+        "fair-share-unseen",
+        "a job its queue's fair-share window holds back says it waits for nothing",
+        (Edit(JOBS_ENDPOINTS, '    if held:\n        return "fair-share", None\n', ""),),
+        (WAITING_FAIR,),
     ),
     Mutation(
         "queue-depth-cached",
