@@ -1140,11 +1140,14 @@ MUTATIONS = (
         (
             Edit(
                 "deploy/k8s/base/autoscaling.yaml",
-                "        queueName: san.jobs.github_star_recommendation\n",
-                "        queueName: san.jobs.card_analysis\n",
+                'queue="san.jobs.github_star_recommendation"})\n',
+                'queue="san.jobs.card_analysis"})\n',
             ),
         ),
-        ("tests/deploy/test_kubernetes.py::test_keda_scales_each_worker_on_exactly_its_queues",),
+        (
+            "tests/deploy/test_kubernetes.py"
+            "::test_keda_scales_each_worker_on_exactly_its_queues_runnable_work",
+        ),
     ),
     Mutation(
         "own-jobs-of-everyone",
