@@ -40,6 +40,12 @@ LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
+LOGS = "libs/common/src/san_common/logs.py"
+ERRORS = "libs/common/src/san_common/errors.py"
+LOG_SECRETS = (
+    "tests/observability/test_logs.py::test_a_secret_of_any_shape_is_redacted_wherever_it"
+    "_sits_in_a_json_line"
+)
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 TOKENS = "services/api/src/san_api/auth/tokens.py"
 STREAM_SLOTS = "services/api/src/san_api/job_events/slots.py"
@@ -1430,6 +1436,18 @@ MUTATIONS = (
         (
             f"{RUNNABLE_TESTS}::test_runnable_work_is_counted_wherever_it_is_and_quota_waits_are_not",
         ),
+    ),
+    Mutation(
+        "log-line-redacts-the-message-only",
+        "a JSON log line's fields are cleared by the message's redaction alone",
+        (Edit(LOGS, "if _redact(joined) != joined:", "if _redact(msg) != msg:"),),
+        (LOG_SECRETS,),
+    ),
+    Mutation(
+        "redact-hint-missing",
+        "a text without `=` is spared the secret patterns (bearer tokens pass)",
+        (Edit(ERRORS, '"bearer", "token", "=", "sk-")', '"=",)'),),
+        (LOG_SECRETS,),
     ),
 )
 
