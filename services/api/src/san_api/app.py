@@ -38,10 +38,12 @@ from san_api.til.endpoints import router as til_router
 from san_api.usage.endpoints import router as usage_router
 from san_api.users.cache import ProvisionedUsers
 from san_api.users.endpoints import router as users_router
-from san_common import probes, tracing
+from san_common import deployment, probes, tracing
+from san_common.broker.direct import DirectPublisher
 from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory, plain_url
+from san_common.jobs import publishing
 from san_common.probes import Readiness
 
 # PostgreSQL connections of one API process: SQLAlchemy's pool (10, overflow 10) for every
@@ -91,6 +93,17 @@ def create_app(settings: ApiSettings) -> FastAPI:
         )
         broker = BrokerMonitor(settings.amqp_url)
         await broker.start()
+        app.state.publisher = None
+        if settings.api_direct_publish:
+            app.state.publisher = publisher = DirectPublisher(
+                broker,
+                Topology(settings.amqp_prefix),
+                deployment_id=lambda: deployment.identity(app.state.sessions),
+                mark=lambda ids: publishing.mark_published(app.state.connections, ids),
+                grace_seconds=settings.api_direct_grace_seconds,
+                confirm_seconds=settings.api_direct_confirm_seconds,
+            )
+            publisher.start()
         app.state.readiness = Readiness(
             required={"database": probes.database(engine)},
             reported={"broker": probes.flag(broker.is_up, "no open connection")},
@@ -98,6 +111,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         try:
             yield
         finally:
+            if app.state.publisher is not None:
+                await app.state.publisher.close()
             await broker.close()
             await app.state.job_events.aclose()
             if app.state.tokens.jwks is not None:

@@ -143,3 +143,6 @@ class OutboxMessage(Base):
     available_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+    # The API publishes the row itself after its commit; `available_at` is then its grace
+    # (migration 0017).
+    direct: Mapped[bool] = mapped_column(server_default=text("false"))
