@@ -462,11 +462,20 @@ async def look_at_the_fleet(
     row = await read(page, "#usage-per-job-type tr:nth-child(2)")
     assert row.split() == ["TIL_GITHUB_COMMIT", str(SPENT.tokens), "0.0042", "1"], row
     await page.shot("12-ai-usage")
+
+    await page.open("/admin/scheduling")
+    await page.until("the scheduling page", text_is("h1", "Scheduling"))
+    shares = await read(page, "#user-shares")
+    # the two held SCRAP_REFINE jobs run; the two stuck commits wait
+    assert "SCRAP_REFINE" in shares and "TIL_GITHUB_COMMIT" in shares, shares
+    assert "100%" in shares, shares
+    assert "No upstream call yet." in await read(page, "#upstream-budgets")
+    await page.shot("13-scheduling")
     logs = await page.call(page.driver.get_log, "browser")
     # (the browser's own request for /favicon.ico is no page's doing)
     problems = [
         e["message"] for e in logs if e["level"] == "SEVERE" and "favicon" not in e["message"]
     ]
     assert not problems, problems
-    for name in ("10-fleet-at-a-glance", "11-job-search", "12-ai-usage"):
+    for name in ("10-fleet-at-a-glance", "11-job-search", "12-ai-usage", "13-scheduling"):
         assert (SCREENSHOTS / f"{name}.png").stat().st_size > 1000

@@ -26,6 +26,49 @@ RABBITMQ_METADATA: dict[str, Any] = {
     },
 }
 
+PROMETHEUS_METADATA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["serverAddress", "query", "threshold"],
+    "properties": {
+        "serverAddress": {"type": "string", "pattern": r"^https?://[^\s/]+(/\S*)?$"},
+        "query": {"type": "string", "minLength": 1},
+        "threshold": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"},
+        "activationThreshold": {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"},
+        "namespace": {"type": "string"},
+        "ignoreNullValues": {"enum": ["true", "false"]},
+        "unsafeSsl": {"enum": ["true", "false"]},
+        "timeout": {"type": "string"},
+    },
+}
+
+_AUTHENTICATION_REF: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string"},
+        "kind": {"enum": ["TriggerAuthentication", "ClusterTriggerAuthentication"]},
+    },
+}
+
+
+def _trigger(kind: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["type", "metadata"],
+        "properties": {
+            "type": {"const": kind},
+            "name": {"type": "string", "pattern": "^[a-z0-9-]+$"},
+            "metadata": metadata,
+            "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+            "useCachedMetrics": {"type": "boolean"},
+            "authenticationRef": _AUTHENTICATION_REF,
+        },
+    }
+
+
 SCALED_OBJECT: dict[str, Any] = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -85,30 +128,10 @@ SCALED_OBJECT: dict[str, Any] = {
                     "type": "array",
                     "minItems": 1,
                     "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["type", "metadata"],
-                        "properties": {
-                            "type": {"const": "rabbitmq"},
-                            "name": {"type": "string", "pattern": "^[a-z0-9-]+$"},
-                            "metadata": RABBITMQ_METADATA,
-                            "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
-                            "useCachedMetrics": {"type": "boolean"},
-                            "authenticationRef": {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "required": ["name"],
-                                "properties": {
-                                    "name": {"type": "string"},
-                                    "kind": {
-                                        "enum": [
-                                            "TriggerAuthentication",
-                                            "ClusterTriggerAuthentication",
-                                        ]
-                                    },
-                                },
-                            },
-                        },
+                        "oneOf": [
+                            _trigger("rabbitmq", RABBITMQ_METADATA),
+                            _trigger("prometheus", PROMETHEUS_METADATA),
+                        ]
                     },
                 },
             },

@@ -150,7 +150,11 @@ def test_the_schema_checks_do_catch_mistakes() -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(api, KUBERNETES_VERSION, strict=True)
     scaled = copy.deepcopy(named(manifests, "ScaledObject", "san-ai-worker"))
-    scaled["spec"]["triggers"][0]["metadata"]["value"] = 20  # a number, not a string
+    scaled["spec"]["triggers"][0]["metadata"]["threshold"] = 20  # a number, not a string
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(scaled, keda.SCALED_OBJECT)
+    scaled = copy.deepcopy(named(manifests, "ScaledObject", "san-ai-worker"))
+    scaled["spec"]["triggers"][0]["metadata"]["querry"] = "up"  # misspelt: KEDA would drop it
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(scaled, keda.SCALED_OBJECT)
 
@@ -281,34 +285,44 @@ def test_the_migration_job_runs_san_migrate(rendered: list[Manifest]) -> None:
 # ---- scaling and disruption ------------------------------------------------------------
 
 
-def test_keda_scales_each_worker_on_exactly_its_queues(rendered: list[Manifest]) -> None:
-    """Each job type's queue is a trigger of the worker that consumes it (the registry's)."""
+def test_keda_scales_each_worker_on_exactly_its_queues_runnable_work(
+    rendered: list[Manifest],
+) -> None:
+    """Each job type's queue is a trigger of the worker that consumes it (the registry's),
+    and what it reads is the queue's runnable work (san_queue_runnable_jobs), not its
+    length: jobs waiting for a quota, a budget or their fair share do not add workers."""
     prefix = named(rendered, "ConfigMap", "san-config")["data"]["AMQP_PREFIX"]
     topology = Topology(prefix)
-    auths = {a["metadata"]["name"]: a for a in of_kind(rendered, "TriggerAuthentication")}
     scaled_objects = {
         s["spec"]["scaleTargetRef"]["name"]: s for s in of_kind(rendered, "ScaledObject")
     }
     assert set(scaled_objects) == {f"san-{w}" for w in WORKERS}
+    assert not of_kind(rendered, "TriggerAuthentication"), "the gauge needs no credentials"
     for worker in WORKERS:
         job_types = registry.job_types(worker)
         scaled = scaled_objects[f"san-{worker}"]
         deployment = named(rendered, "Deployment", f"san-{worker}")
         assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
         triggers = scaled["spec"]["triggers"]
-        assert {t["metadata"]["queueName"] for t in triggers} == {
-            topology.queue_name(t) for t in job_types
+        assert {t["type"] for t in triggers} == {"prometheus"}
+        queries = {t["metadata"]["query"] for t in triggers}
+        assert queries == {
+            f'max(san_queue_runnable_jobs{{queue="{topology.queue_name(t)}"}})' for t in job_types
         }
         assert len(triggers) == len(job_types)
         for trigger in triggers:
-            # the management API counts unacknowledged (in-progress) messages too
-            assert trigger["metadata"]["protocol"] == "http"
-            assert trigger["metadata"]["mode"] == "QueueLength"
-            auth = auths[trigger["authenticationRef"]["name"]]
-            [ref] = auth["spec"]["secretTargetRef"]
-            assert ref["parameter"] == "host" and ref["name"] == SECRET_NAME
-            assert ref["key"] in example_secret_keys()
-        assert 1 <= scaled["spec"]["minReplicaCount"] <= scaled["spec"]["maxReplicaCount"]
+            assert float(trigger["metadata"]["threshold"]) > 0
+            assert trigger["metadata"]["serverAddress"].startswith("http")
+        spec = scaled["spec"]
+        assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+        # Without the gauge (Prometheus or the maintenance service away) KEDA holds this.
+        assert 1 <= spec["fallback"]["replicas"] <= spec["maxReplicaCount"]
+
+
+def test_the_runnable_gauge_the_triggers_read_is_the_one_recovery_exports() -> None:
+    from san_common import metrics
+
+    assert [m.name for m in metrics.QUEUE_RUNNABLE.collect()] == ["san_queue_runnable_jobs"]
 
 
 def test_disruption_budgets_cover_every_replicated_deployment(rendered: list[Manifest]) -> None:

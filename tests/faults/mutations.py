@@ -83,6 +83,13 @@ AI_QUOTA = (
     "::test_two_workers_share_the_ai_quota_without_429s_or_spent_tries[on]"
 )
 USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
+RUNNABLE = "services/recovery/src/san_recovery/runnable.py"
+RUNNABLE_TESTS = "tests/recovery/test_runnable.py"
+DEPTHS = "libs/common/src/san_common/broker/depths.py"
+WAITING_VISIBLE = (
+    "tests/faults/test_waiting_visible.py"
+    "::test_a_job_waiting_for_the_quota_says_so_and_is_not_runnable"
+)
 USAGE_BUDGET_TESTS = "tests/usage/test_budgets.py"
 JOB_TYPE_E2E = (
     "tests/jobtype/test_word_count.py::test_a_job_type_added_as_the_docs_say_runs_end_to_end"
@@ -1308,6 +1315,49 @@ MUTATIONS = (
             ),
         ),
         (HELD_THROUGH_OUTAGE,),
+    ),
+    Mutation(
+        "quota-wait-unrecorded",
+        "a job refused by the upstream quota waits without saying what for",
+        (
+            Edit(
+                EXECUTOR,
+                "waiting_for=exc.waiting_for if isinstance(exc, SystemWait) else None,",
+                "waiting_for=None,",
+            ),
+        ),
+        (WAITING_VISIBLE,),
+    ),
+    Mutation(
+        "runnable-counts-future-messages",
+        "the scaling signal counts outbox messages not due yet (jobs waiting for a reset)",
+        (
+            Edit(
+                RUNNABLE,
+                "WHERE published_at IS NULL AND available_at <= now()",
+                "WHERE published_at IS NULL",
+            ),
+        ),
+        (
+            f"{RUNNABLE_TESTS}::test_runnable_work_is_counted_wherever_it_is_and_quota_waits_are_not",
+            WAITING_VISIBLE,
+        ),
+    ),
+    Mutation(
+        "runnable-ignores-quota-room",
+        "at a quota's reset, the scaling signal counts every job that waited for it",
+        (Edit(RUNNABLE, "self.running - self.beyond_quota)", "self.running)"),),
+        (
+            f"{RUNNABLE_TESTS}::test_at_the_reset_only_as_many_waiting_jobs_as_the_quota_admits_count",
+        ),
+    ),
+    Mutation(
+        "queue-depth-cached",
+        "a queue's depth is read once and then answered from the channel's cache",
+        (Edit(DEPTHS, "passive=True, robust=False)", "passive=True)"),),
+        (
+            f"{RUNNABLE_TESTS}::test_runnable_work_is_counted_wherever_it_is_and_quota_waits_are_not",
+        ),
     ),
 )
 

@@ -46,6 +46,26 @@ class TransientJobError(JobFailure):
         self.retry_after = retry_after
 
 
+class SystemWait(TransientJobError):
+    """A wait the system itself imposes until a known time (an upstream's quota, a user's
+    budget): however long, spending no try. The job waits PENDING with `waiting_for` set
+    (`WAITING_FOR`), shown to its owner and left out of the scaling signal
+    (docs/operations.md, "Waiting jobs")."""
+
+    unbounded_wait = True
+    waiting_for = ""  # one of WAITING_FOR, set by each subclass
+
+    def __init__(self, message: str, *, retry_after: float, key: str | None = None) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.key = key  # what it waits for (an upstream quota's key), when there is one
+
+
+# What a PENDING job may wait for (`async_jobs.waiting_for`, `GET /async-jobs/{id}`
+# `waitingFor`): an upstream's quota, its user's budget (both until a known time), or its
+# user's fair share of a queue (until the user's running jobs finish).
+WAITING_FOR = ("upstream-quota", "budget", "fair-share")
+
+
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
     for secret in secrets:
         if secret:

@@ -60,6 +60,18 @@ OUTBOX_PUBLISH_LAG = Histogram(
 QUEUE_MESSAGES = Gauge(
     "san_queue_messages_ready", "Messages ready in a broker queue (polled by the relay)", ["queue"]
 )
+# The scaling signal (services/recovery/.../runnable.py), which the KEDA triggers read.
+QUEUE_RUNNABLE = Gauge(
+    "san_queue_runnable_jobs",
+    "Jobs of a queue a worker could run now: ready, due in the outbox or running; not those "
+    "waiting for an upstream quota, a budget or their user's fair share",
+    ["queue"],
+)
+QUEUE_WAITING = Gauge(
+    "san_queue_waiting_jobs",
+    "PENDING jobs of a queue waiting for an upstream quota, a budget or their fair share",
+    ["queue"],
+)
 
 # Recovery sweeps (services/recovery); `sweep` is ghost, failed, orphans, unrefined, daily-til.
 RECOVERY_JOBS_FOUND = Counter(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from san_common import outages
-from san_common.errors import TransientJobError, is_connection_loss
+from san_common.errors import SystemWait, is_connection_loss
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,11 @@ PROBE_SECONDS = 30.0
 PROBE_WAIT_SECONDS = 1.0
 
 
-class QuotaWait(TransientJobError):
+class QuotaWait(SystemWait):
     """The upstream's budget is spent until its reset: the job waits that long, however
-    long, spending no try (the call was never sent)."""
+    long, spending no try (the call was never sent). `key` is the upstream's."""
 
-    unbounded_wait = True
+    waiting_for = "upstream-quota"
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,9 @@ class UpstreamQuotas:
         if not row.admitted:
             wait = max(0.0, float(row.wait or PROBE_WAIT_SECONDS))
             raise QuotaWait(
-                f"upstream quota of {key} is spent; next call in {wait:.1f}s", retry_after=wait
+                f"upstream quota of {key} is spent; next call in {wait:.1f}s",
+                retry_after=wait,
+                key=key,
             )
         return True
 

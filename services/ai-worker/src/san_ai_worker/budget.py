@@ -9,17 +9,17 @@ from typing import Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.errors import PermanentJobError, TransientJobError
+from san_common.errors import PermanentJobError, SystemWait
 from san_common.models import AsyncJob
 from san_common.usage import budgets
 
 BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
 
 
-class BudgetWait(TransientJobError):
+class BudgetWait(SystemWait):
     """Until the budget resets: however long that is, and spending no try."""
 
-    unbounded_wait = True
+    waiting_for = "budget"
 
 
 class BudgetGate:

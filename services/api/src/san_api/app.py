@@ -15,6 +15,7 @@ from san_api.admin.broker import BrokerAdmin
 from san_api.admin.budgets import router as admin_budgets_router
 from san_api.admin.csrf import ConsoleCsrfMiddleware
 from san_api.admin.endpoints import router as admin_router
+from san_api.admin.scheduling import router as admin_scheduling_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
 from san_api.edge import (
@@ -156,6 +157,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         usage_router,
         admin_router,
         admin_budgets_router,
+        admin_scheduling_router,
     ):
         app.include_router(router)
     console.install(app)

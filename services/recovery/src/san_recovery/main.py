@@ -1,6 +1,6 @@
 """`san-recovery`: the maintenance service — lease rescue, the stranded-message check,
-outbox cleanup, the recovery sweeps and the daily TIL batch (docs/architecture.md,
-"Maintenance").
+the runnable-jobs gauge, outbox cleanup, the recovery sweeps and the daily TIL batch
+(docs/architecture.md, "Maintenance").
 
     san-recovery                 # = serve: run every task on its schedule (make run)
     san-recovery serve
@@ -34,6 +34,7 @@ from san_common.settings import load_settings
 from san_recovery import outbox_cleanup, request_state
 from san_recovery.maintenance import Task, run_tasks
 from san_recovery.rescuer import LeaseRescuer
+from san_recovery.runnable import RunnableGauge
 from san_recovery.runner import run_requested, run_sweeps
 from san_recovery.scheduler import Plan, Scheduler
 from san_recovery.settings import RecoverySettings
@@ -94,6 +95,7 @@ def tasks(
         Topology(settings.amqp_prefix),
         grace=timedelta(seconds=settings.recovery_stranded_grace_seconds),
     )
+    runnable = RunnableGauge(sessions, depths, Topology(settings.amqp_prefix))
     retention = timedelta(hours=settings.outbox_retention_hours)
 
     async def requests() -> None:
@@ -104,6 +106,7 @@ def tasks(
     return [
         Task("lease rescue", settings.recovery_rescue_seconds, rescuer.run_once),
         Task("stranded-message check", settings.recovery_stranded_seconds, stranded.run_once),
+        Task("runnable-jobs gauge", settings.recovery_runnable_seconds, runnable.run_once),
         Task("operators' sweep requests", settings.recovery_request_poll_seconds, requests),
         Task(
             "outbox cleanup",

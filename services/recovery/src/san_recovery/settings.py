@@ -76,6 +76,15 @@ class RecoverySettings(ServiceSettings):
             "at it (the relay's lag; a re-published job waits this long again)"
         ),
     )
+    recovery_runnable_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description=(
+            "How often each job queue's runnable jobs are measured (san_queue_runnable_jobs, "
+            "the workers' scaling signal)"
+        ),
+    )
     outbox_retention_hours: float = Field(
         default=24.0, ge=0, description="Published outbox rows are deleted after this"
     )

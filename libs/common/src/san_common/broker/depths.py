@@ -8,7 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from aiormq.exceptions import ChannelNotFoundEntity
 
 from san_common.broker.connect import connect_robust
@@ -33,7 +33,7 @@ class QueueDepths:
     def __init__(self, amqp_url: str) -> None:
         self._url = amqp_url
         self._connection: AbstractRobustConnection | None = None
-        self._channel: AbstractChannel | None = None
+        self._channel: AbstractRobustChannel | None = None
 
     async def read(self, queue: str) -> Depth | None:
         """The queue's depth; None when the queue does not exist. Raises when the broker
@@ -41,14 +41,16 @@ class QueueDepths:
         channel = await self._open_channel()
         try:
             async with asyncio.timeout(READ_TIMEOUT_SECONDS):
-                declared = await channel.declare_queue(queue, passive=True)
+                # not robust: a robust channel answers a passive declare of a queue it
+                # declared before from its cache, with the depth of that first read
+                declared = await channel.declare_queue(queue, passive=True, robust=False)
         except ChannelNotFoundEntity:  # a passive declare of a missing queue closes the channel
             self._channel = None
             return None
         result = declared.declaration_result
         return Depth(ready=result.message_count or 0, consumers=result.consumer_count or 0)
 
-    async def _open_channel(self) -> AbstractChannel:
+    async def _open_channel(self) -> AbstractRobustChannel:
         if self._connection is None:
             with quiet_logger("aiormq.connection"):  # the caller reports the outage once
                 self._connection = await connect_robust(self._url, connect_timeout=5)

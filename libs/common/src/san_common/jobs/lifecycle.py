@@ -148,7 +148,8 @@ WITH asked AS (
     UPDATE async_jobs AS j
     SET status = 'PROCESSING', tries = j.tries + 1, worker_id = $2,
         lease_expires_at = now() + make_interval(secs => $3),
-        next_attempt_at = NULL, started_at = now(), updated_at = now()
+        next_attempt_at = NULL, waiting_for = NULL, waiting_key = NULL,
+        started_at = now(), updated_at = now()
     FROM asked
     WHERE j.job_id = asked.job_id
       -- A CASE, not ORs of `status = …`: no index on status can serve it, so the rows are
@@ -241,13 +242,15 @@ SELECT job_type, target_id FROM failed
 """
 
 # $1 job, $2 try, $3 delay (s), $4 the error, $5 the summary, $6 the try's outcome,
-# $7 a checkpoint for the next try (NULL: keep the one there is)
+# $7 a checkpoint for the next try (NULL: keep the one there is), $8 what the job waits
+# for (NULL: a retry), $9 which upstream quota
 _RETRY_LATER = f"""
 WITH retried AS (
     UPDATE async_jobs AS j
     SET status = 'PENDING', worker_id = NULL, lease_expires_at = NULL,
         next_attempt_at = now() + make_interval(secs => $3), last_error = $4,
-        error_summary = $5, checkpoint = coalesce($7::jsonb, j.checkpoint), updated_at = now()
+        error_summary = $5, checkpoint = coalesce($7::jsonb, j.checkpoint),
+        waiting_for = $8, waiting_key = $9, updated_at = now()
     WHERE {_HELD}
     RETURNING j.job_id, j.tries, j.job_type, j.target_id, j.user_id, j.attempt,
         j.next_attempt_at
@@ -595,13 +598,16 @@ async def retry_later(
     summary: str,
     outcome: TryOutcome = TryOutcome.RETRY,
     checkpoint: dict[str, object] | None = None,
+    waiting_for: str | None = None,
+    waiting_key: str | None = None,
 ) -> datetime | None:
     """RETRY_LATER: end try `try_no` with a transient failure (`outcome`: retry, or a
     rate-limit wait that spends no try). The job goes back to PENDING with
     `next_attempt_at`, keeping `checkpoint` for the next try when given, and its next
     message is added to the outbox, due at that time — all in the caller's transaction, so
-    the job is never waiting without a message. Returns the time of the next try, None when
-    the try no longer holds the job."""
+    the job is never waiting without a message. `waiting_for` (`errors.WAITING_FOR`) and
+    `waiting_key` say what a wait the system imposed waits for, until the next claim.
+    Returns the time of the next try, None when the try no longer holds the job."""
     error = error[:MAX_ERROR_MESSAGE]
     rows = await _run(
         session,
@@ -613,6 +619,8 @@ async def retry_later(
         summary,
         outcome.value,
         None if checkpoint is None else json.dumps(checkpoint),
+        waiting_for,
+        waiting_key,
     )
     if not rows:
         return None

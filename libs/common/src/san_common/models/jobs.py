@@ -19,6 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
+from san_common.errors import WAITING_FOR
 from san_common.jobs.types import ACTIVE_STATUSES, JobStatus
 from san_common.models.base import Base, created_at, updated_at
 
@@ -52,6 +53,19 @@ class AsyncJob(Base):
         CheckConstraint(
             "status IN (" + ", ".join(f"'{s.value}'" for s in JobStatus) + ")", name="status"
         ),
+        # The jobs waiting for each upstream quota (the scaling signal, the console).
+        Index(
+            "ix_async_jobs_waiting_for_waiting_key",
+            "waiting_for",
+            "waiting_key",
+            postgresql_where=text(
+                f"status = '{JobStatus.PENDING.value}' AND waiting_for IS NOT NULL"
+            ),
+        ),
+        CheckConstraint(
+            "waiting_for IN (" + ", ".join(f"'{w}'" for w in WAITING_FOR) + ")",
+            name="waiting_for",
+        ),
     )
 
     job_id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
@@ -81,6 +95,11 @@ class AsyncJob(Base):
     error_summary: Mapped[str | None] = mapped_column(Text)
     # A handler's partial result kept across tries (JobHandler.checkpoint).
     checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Why a PENDING job's next try waits until `next_attempt_at` (`errors.WAITING_FOR`),
+    # and for an upstream quota, its key; set by the try that met the wait, cleared by the
+    # next claim.
+    waiting_for: Mapped[str | None] = mapped_column(Text)
+    waiting_key: Mapped[str | None] = mapped_column(Text)
 
 
 class AsyncJobTry(Base):

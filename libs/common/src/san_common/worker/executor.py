@@ -60,6 +60,7 @@ from san_common.errors import (
     JobFailure,
     PermanentJobError,
     Stage,
+    SystemWait,
     TransientJobError,
     cause_chain,
     is_connection_loss,
@@ -533,6 +534,9 @@ class Executor:
                     summary=summarize(exc, stage, retrying=True),
                     outcome=TryOutcome(outcome.value),
                     checkpoint=getattr(exc, "checkpoint", None),
+                    # a wait the system imposed (a quota, a budget) is shown as such
+                    waiting_for=exc.waiting_for if isinstance(exc, SystemWait) else None,
+                    waiting_key=exc.key if isinstance(exc, SystemWait) else None,
                 )
                 if at is None:
                     return self._lease_lost(context)

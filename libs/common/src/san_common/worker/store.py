@@ -63,6 +63,8 @@ class JobStore(Protocol):
         summary: str,
         outcome: TryOutcome,
         checkpoint: dict[str, object] | None,
+        waiting_for: str | None = None,
+        waiting_key: str | None = None,
     ) -> datetime | None: ...
 
     async def release(self, claim: Claim, reason: str) -> bool: ...
@@ -281,6 +283,8 @@ class SqlJobStore:
         summary: str,
         outcome: TryOutcome,
         checkpoint: dict[str, object] | None,
+        waiting_for: str | None = None,
+        waiting_key: str | None = None,
     ) -> datetime | None:
         async with self._sessions() as session, session.begin():
             return await jobs.retry_later(
@@ -292,6 +296,8 @@ class SqlJobStore:
                 summary=summary,
                 outcome=outcome,
                 checkpoint=checkpoint,
+                waiting_for=waiting_for,
+                waiting_key=waiting_key,
             )
 
     async def release(self, claim: Claim, reason: str) -> bool:

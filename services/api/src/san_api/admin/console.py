@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from san_api.admin import budgets as budget_api
 from san_api.admin import endpoints as api
 from san_api.admin import notices, service
+from san_api.admin import scheduling as scheduling_api
 from san_api.admin.auth import COOKIE, Operator, get_operator, operator_from_token
 from san_api.admin.schemas import BulkIn, DeadLetterAction, JobFilterIn, JobListQuery, SweepRunIn
 from san_api.deps import SessionDep, SettingsDep
@@ -465,6 +466,14 @@ async def usage_page(
 ) -> HTMLResponse:
     view = await budget_api.usage(session, days=30)
     return _page(request, "usage.html", operator, "AI usage", view=view)
+
+
+@router.get("/scheduling", response_class=HTMLResponse)
+async def scheduling_page(
+    request: Request, session: SessionDep, operator: ConsoleOperator
+) -> HTMLResponse:
+    view = await scheduling_api.scheduling(session, limit=200)
+    return _page(request, "scheduling.html", operator, "Scheduling", view=view)
 
 
 @router.get("/audit", response_class=HTMLResponse)

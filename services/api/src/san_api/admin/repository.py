@@ -442,3 +442,89 @@ async def request_sweeps(session: AsyncSession, sweeps: Sequence[str], by: str) 
 
 def since(hours: float) -> datetime:
     return datetime.now(UTC) - timedelta(hours=hours)
+
+
+# -- scheduling: upstream budgets and each user's share ------------------------------------
+
+# What `san_common.quotas` would find in each budget now: a window that ended has its
+# whole limit again (an unknown limit stays unknown) and no call in flight.
+_BUDGETS = text(
+    """
+    SELECT q.key,
+        q.requests_limit,
+        CASE WHEN r.ended THEN q.requests_limit ELSE q.requests_remaining END
+            AS requests_remaining,
+        CASE WHEN r.ended THEN NULL ELSE q.requests_reset_at END AS requests_reset_at,
+        q.tokens_limit,
+        CASE WHEN t.ended THEN q.tokens_limit ELSE q.tokens_remaining END AS tokens_remaining,
+        CASE WHEN t.ended THEN NULL ELSE q.tokens_reset_at END AS tokens_reset_at,
+        CASE WHEN r.ended THEN 0 ELSE q.in_flight END AS in_flight,
+        q.waits,
+        q.updated_at,
+        (SELECT count(*) FROM async_jobs AS j
+            WHERE j.status = 'PENDING' AND j.waiting_for = 'upstream-quota'
+              AND j.waiting_key = q.key AND j.next_attempt_at > now()) AS jobs_waiting
+    FROM upstream_quotas AS q,
+        LATERAL (SELECT q.requests_reset_at IS NULL OR q.requests_reset_at <= now() AS ended) r,
+        LATERAL (SELECT q.tokens_reset_at IS NULL OR q.tokens_reset_at <= now() AS ended) t
+    ORDER BY q.key
+    """
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    key: str
+    requests_limit: int | None
+    requests_remaining: int | None
+    requests_reset_at: datetime | None
+    tokens_limit: int | None
+    tokens_remaining: int | None
+    tokens_reset_at: datetime | None
+    in_flight: int
+    refused: int
+    updated_at: datetime
+    jobs_waiting: int
+
+
+async def upstream_budgets(session: AsyncSession) -> list[Budget]:
+    """Every upstream budget as it stands now, with the jobs waiting for its reset."""
+    return [Budget(*row) for row in await session.execute(_BUDGETS)]
+
+
+# Active jobs per (job type, user): running, PENDING, and of those the ones waiting for a
+# quota's or a budget's reset. The status condition is served by the status indexes.
+_SHARES = text(
+    """
+    SELECT j.job_type, j.user_id, u.external_id,
+        count(*) FILTER (WHERE j.status = 'PROCESSING') AS running,
+        count(*) FILTER (WHERE j.status = 'PENDING') AS pending,
+        count(*) FILTER (WHERE j.status = 'PENDING' AND j.waiting_for IS NOT NULL
+            AND j.next_attempt_at > now()) AS waiting,
+        sum(count(*) FILTER (WHERE j.status = 'PROCESSING'))
+            OVER (PARTITION BY j.job_type) AS running_of_type
+    FROM async_jobs AS j
+    LEFT JOIN users AS u ON u.id = j.user_id
+    WHERE j.status IN ('PENDING', 'PROCESSING')
+    GROUP BY j.job_type, j.user_id, u.external_id
+    ORDER BY j.job_type, running DESC, pending DESC, j.user_id
+    LIMIT :limit
+    """
+)
+
+
+@dataclass(frozen=True)
+class Share:
+    job_type: str
+    user_id: uuid.UUID
+    external_id: str | None
+    running: int
+    pending: int
+    waiting: int
+    running_of_type: int
+
+
+async def user_shares(session: AsyncSession, *, limit: int) -> list[Share]:
+    """Each user's active jobs per job type, the busiest first within a type."""
+    rows = await session.execute(_SHARES, {"limit": limit})
+    return [Share(t, u, e, int(r), int(p), int(w), int(rt or 0)) for t, u, e, r, p, w, rt in rows]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from datetime import datetime
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Literal, cast
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
@@ -24,6 +24,9 @@ from san_common.models import AsyncJob
 from san_common.usage import ledger
 
 router = APIRouter(tags=["jobs"])
+
+# san_common.errors.WAITING_FOR, spelt out for the OpenAPI description
+WaitingFor = Literal["upstream-quota", "budget", "fair-share"]
 
 
 class JobView(BaseModel):
@@ -46,6 +49,22 @@ class JobView(BaseModel):
     usage: UsageTotals | None = Field(
         default=None,
         description="What the job's AI calls used, over all its tries (the job itself only)",
+    )
+    waitingFor: WaitingFor | None = Field(
+        default=None,
+        description=(
+            "Why a PENDING job is not running yet: the AI or GitHub quota is spent "
+            "(`upstream-quota`), your AI budget is spent (`budget`), or your other jobs of "
+            "its queue hold your fair share of it (`fair-share`); null when it is not waiting "
+            "for any of these. No try is spent while it waits."
+        ),
+    )
+    availableAt: datetime | None = Field(
+        default=None,
+        description=(
+            "When the wait ends (the quota's or budget's reset); null for `fair-share`, which "
+            "ends when your running jobs of the queue finish"
+        ),
     )
 
 
@@ -132,6 +151,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 
 
 def _view(job: AsyncJob) -> JobView:
+    waiting_for, available_at = waiting(job, datetime.now(UTC))
     return JobView(
         jobId=job.job_id,
         jobType=job.job_type,
@@ -146,4 +166,16 @@ def _view(job: AsyncJob) -> JobView:
         updatedAt=job.updated_at,
         startedAt=job.started_at,
         finishedAt=job.finished_at,
+        waitingFor=waiting_for,
+        availableAt=available_at,
     )
+
+
+def waiting(job: AsyncJob, now: datetime) -> tuple[WaitingFor | None, datetime | None]:
+    """What a PENDING job waits for, and until when: a quota's or budget's wait lasts until
+    its `next_attempt_at` (then the job is due, and runs as soon as a worker takes it)."""
+    if job.status != JobStatus.PENDING.value or job.waiting_for is None:
+        return None, None
+    if job.next_attempt_at is None or job.next_attempt_at <= now:
+        return None, None
+    return cast(WaitingFor, job.waiting_for), job.next_attempt_at
