@@ -163,5 +163,5 @@ class OutboxMessage(Base):
         DateTime(timezone=True), server_default=func.now()
     )
     # The API publishes the row itself after its commit; `available_at` is then its grace
-    # (migration 0017).
+    # (migration 0018).
     direct: Mapped[bool] = mapped_column(server_default=text("false"))
