@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -18,6 +18,7 @@ from san_api.admin.endpoints import router as admin_router
 from san_api.admin.scheduling import router as admin_scheduling_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
+from san_api.deps import app_connection
 from san_api.edge import (
     BodyTimeoutMiddleware,
     CapacityMiddleware,
@@ -99,8 +100,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
             app.state.publisher = publisher = DirectPublisher(
                 broker,
                 Topology(settings.amqp_prefix),
-                deployment_id=lambda: deployment.identity(app.state.sessions),
-                mark=lambda ids: publishing.mark_published(app.state.connections, ids),
+                deployment_id=lambda: _deployment_id(app),
+                mark=lambda ids: _mark_published(app, ids),
                 grace_seconds=settings.api_direct_grace_seconds,
                 confirm_seconds=settings.api_direct_confirm_seconds,
             )
@@ -165,3 +166,15 @@ def create_app(settings: ApiSettings) -> FastAPI:
     if settings.docs_enabled:
         docs.install(app)
     return app
+
+
+# On the asyncpg pool, as POST /scraps' own statements: a lost connection is handled as
+# theirs is (the pool replaced), and SQLAlchemy's pool keeps no connection for it.
+async def _deployment_id(app: FastAPI) -> str:
+    async with app_connection(app) as connection:
+        return await deployment.identity_on(connection)
+
+
+async def _mark_published(app: FastAPI, ids: Sequence[int]) -> None:
+    async with app_connection(app) as connection:
+        await publishing.mark_published(connection, ids)
