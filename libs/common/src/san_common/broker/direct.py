@@ -119,7 +119,10 @@ class DirectPublisher:
             except PrefixInUse as exc:
                 # Another deployment's queues: never publish onto them. The relay of this
                 # deployment refuses to start on them too; the rows wait in the outbox.
-                log.error("direct publish disabled", extra={"fields": {"error": describe(exc)}})
+                log.warning(
+                    "direct publish disabled; the relay publishes every message",
+                    extra={"fields": {"error": describe(exc)}},
+                )
                 return
             except Exception as exc:  # the database or broker away: retried
                 log.debug("direct publisher not ready: %s", describe(exc))
