@@ -250,6 +250,7 @@ def peer_rows(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
         row["paced_p99_ms"] = summary([r.get("latency_p99_ms") for r in paced])
         row["drain_cpu"] = cpu_medians(drain)
         row["burst_cpu"] = cpu_medians(burst)
+        row["paced_cpu"] = cpu_medians(paced)
         row["errors"] = [r["error"] for rs in by_scenario.values() for r in rs if "error" in r]
         row["peak_rss_mb"] = peak_rss(r for rs in by_scenario.values() for r in rs)
         table[system] = row
@@ -270,7 +271,7 @@ def cpu_medians(outcomes: Sequence[dict[str, Any]]) -> dict[str, float]:
 CPU_PARTS = ("driver", "relay", "RabbitMQ", "worker", "PostgreSQL", "all")
 
 
-def render_cpu(table: dict[str, dict[str, Any]]) -> str:
+def render_cpu(table: dict[str, dict[str, Any]], paced_rate: float) -> str:
     lines = [
         "| CPU per job (ms, median of runs) | scenario | "
         + " | ".join("driver (enqueue, poll)" if p == "driver" else p for p in CPU_PARTS)
@@ -278,7 +279,7 @@ def render_cpu(table: dict[str, dict[str, Any]]) -> str:
         "|---|---|" + "---|" * len(CPU_PARTS),
     ]
     for system in REPORTED:
-        for scenario in ("drain", "burst"):
+        for scenario in ("drain", "burst", "paced"):
             cpu = table.get(system, {}).get(f"{scenario}_cpu")
             if cpu:
                 cells = " | ".join(
@@ -287,7 +288,8 @@ def render_cpu(table: dict[str, dict[str, Any]]) -> str:
                     else (f"{cpu[p]:.2f}" if p in cpu else "—")
                     for p in CPU_PARTS
                 )
-                lines.append(f"| {LABELS[system]} | {scenario} | {cells} |")
+                name = f"paced {paced_rate:g}/s" if scenario == "paced" else scenario
+                lines.append(f"| {LABELS[system]} | {name} | {cells} |")
     return "\n".join(lines)
 
 
@@ -538,7 +540,7 @@ async def main_async(args: Any) -> int:
         render_peers(table, args),
         "",
         *([render_before_after(table, args.before), ""] if args.before else []),
-        render_cpu(table),
+        render_cpu(table, args.paced_rate),
         "",
         render_rss(table, report["peak_rss_mb_san_ratios"]),
         "",

@@ -10,8 +10,10 @@ The no-op job of every system does the same thing: one `UPDATE bench_rows` that 
 when the job started (the worker's clock at the job function's entry) and when it wrote
 (`clock_timestamp()`). Enqueue times are taken by the driver just before each enqueue
 call. All clocks are this machine's one wall clock, so the differences are latencies.
-The drain and the burst also report the CPU each job cost each process (the driver, the
-worker, SAN's relay, PostgreSQL, RabbitMQ), read from /proc around the measured window.
+Every scenario also reports the CPU each job cost each process (the driver, the worker,
+SAN's relay, PostgreSQL, RabbitMQ), read from /proc around the measured window: the
+paced one shows what a job costs at a low rate, where batches hold one job and idle
+time's timers are shared by few.
 """
 
 from __future__ import annotations
@@ -254,6 +256,10 @@ async def run_scenario(
         if scenario == "paced":
             count = max(1, int(rate * seconds))
             ids = await _insert_rows(connection, count)
+            # CPU per job at this rate: what idle time costs (timers, heartbeats, polls) is
+            # spread over fewer jobs, and batches are smaller than in a burst.
+            parts = await _cpu_parts(driver, connection, worker)
+            before = _cpu_now(parts)
             enqueued = {}
             began = time.monotonic()
             for k, row in enumerate(ids):
@@ -262,6 +268,7 @@ async def run_scenario(
                 enqueued[row] = time.time()
                 await driver.enqueue(row)
             await _wait_done(connection, ids, timeout=180, worker=worker)
+            cpu = cpu_per_job(before, _cpu_now(parts), count)
             times = await _times(connection, ids)
             latencies = [(times[i][0] - enqueued[i]) * 1000 for i in ids]
             return Outcome(
@@ -269,6 +276,7 @@ async def run_scenario(
                 count,
                 latency_p50_ms=percentile(latencies, 0.5),
                 latency_p99_ms=percentile(latencies, 0.99),
+                extra=cpu,
             )
         raise ValueError(f"unknown scenario {scenario}")
     finally:

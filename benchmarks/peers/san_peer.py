@@ -61,6 +61,7 @@ class NoopHandler(JobHandler[None, float]):
 
 
 def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
+    prefetch = os.environ.get("BENCH_SAN_PREFETCH", "50")
     return {
         "DATABASE_URL": database_url,
         "AMQP_URL": amqp_url,
@@ -71,7 +72,10 @@ def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
         # for no-op jobs a user raises it, as the Celery driver raises its prefetch
         # multiplier: the runtime's group commit shares each statement among the jobs in
         # flight (docs/performance.md has the figures at 10 too).
-        "WORKER_PREFETCH": os.environ.get("BENCH_SAN_PREFETCH", "50"),
+        "WORKER_PREFETCH": prefetch,
+        # The relay's window per consumer follows the prefetch, as docs/operations.md says
+        # to set it (fair share: docs/architecture.md, "Fair share and priorities").
+        "RELAY_WINDOW_PER_CONSUMER": prefetch,
     }
 
 
@@ -174,9 +178,18 @@ class SanPeer:
             self._publisher.submit(direct.rows)
 
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
-        while await connection.fetchval(
-            "SELECT count(*) FROM outbox_messages WHERE published_at IS NULL"
-        ):
+        """Until the relay has published all it will before a worker consumes: every row,
+        or (fair share) its window's worth, the rest held in the outbox — where a queued
+        job of SAN waits, and what the drain then measures too."""
+        seen, since = -1, time.monotonic()
+        while True:
+            left = await connection.fetchval(
+                "SELECT count(*) FROM outbox_messages WHERE published_at IS NULL"
+            )
+            if left != seen:
+                seen, since = left, time.monotonic()
+            if left == 0 or time.monotonic() - since > 1.0:
+                return
             if self._relay is not None and self._relay.poll() is not None:
                 raise RuntimeError("san-relay exited; see its log")
             await asyncio.sleep(0.05)

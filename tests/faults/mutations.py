@@ -69,6 +69,8 @@ PARTITIONS = "tests/faults/test_partitions.py"
 CLAIM_ERRORS = "tests/faults/test_claim_errors.py"
 STRANDED = "services/recovery/src/san_recovery/stranded.py"
 STRANDED_TESTS = "tests/faults/test_stranded.py"
+FAIR_SHARE_MIGRATION = "libs/common/src/san_common/db/migrations/versions/0018_fair_share.py"
+FAIR_SHARE = "tests/faults/test_fair_share.py"
 MAINTENANCE_TESTS = "tests/recovery/test_maintenance.py"
 OUTAGES = "libs/common/src/san_common/outages.py"
 REGISTRY = "libs/common/src/san_common/jobs/registry.py"
@@ -158,7 +160,7 @@ MUTATIONS = (
             ),
             Edit(
                 STORE,
-                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "    if len(done) < count:\n        raise _LeaseLost(done)\n",
                 "",
             ),
         ),
@@ -218,11 +220,40 @@ MUTATIONS = (
         (
             Edit(
                 STORE,
-                "            if len(done) < len(batch):\n                raise _LeaseLost(done)\n",
+                "    if len(done) < count:\n        raise _LeaseLost(done)\n",
                 "",
             ),
         ),
         (f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one",),
+    ),
+    Mutation(
+        "driver-write-outside-transaction",
+        "the writes a completion runs on the driver commit on their own (outside the"
+        " completion's transaction: a taken-over try's write commits)",
+        (
+            Edit(
+                STORE,
+                "async with driver_connection(self._engine) as connection,"
+                " connection.transaction():",
+                "async with driver_connection(self._engine) as connection:",
+            ),
+        ),
+        (
+            f"{GROUP}::test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one"
+            "[driver]",
+        ),
+    ),
+    Mutation(
+        "driver-skips-conversions",
+        "a write whose parameters SQLAlchemy converts (JSONB) runs on the driver unconverted",
+        (
+            Edit(
+                STORE,
+                "bind.type.dialect_impl(dialect).bind_processor(dialect) is None",
+                "bind is not None",
+            ),
+        ),
+        (f"{GROUP}::test_a_write_whose_parameters_sqlalchemy_converts_goes_through_sqlalchemy",),
     ),
     Mutation(
         "group-no-fallback",
@@ -1269,6 +1300,47 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        "fairness-off",
+        "the relay ignores its windows: every due row is published at once, oldest first",
+        (
+            Edit(
+                RELAY,
+                "            if settings.relay_fair_share\n            else None",
+                "            if False\n            else None",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
+    ),
+    Mutation(
+        "fairness-fifo",
+        "the fair claim forgets the users: within a class, oldest first",
+        (
+            Edit(
+                FAIR_SHARE_MIGRATION,
+                "row_number() OVER (PARTITION BY r.queue ORDER BY r.eff, r.share, r.id)",
+                "row_number() OVER (PARTITION BY r.queue ORDER BY r.eff, r.id)",
+            ),
+            Edit(
+                FAIR_SHARE_MIGRATION,
+                "        ORDER BY p.eff, p.share, p.id\n        LIMIT batch",
+                "        ORDER BY p.eff, p.id\n        LIMIT batch",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
+    ),
+    Mutation(
+        "batch-above-interactive",
+        "the interactive class sorts after the batch class: the daily batch runs first",
+        (
+            Edit(
+                "libs/common/src/san_common/jobs/admission.py",
+                "    INTERACTIVE = 0  #",
+                "    INTERACTIVE = 2  #",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_a_til_b_waits_for_runs_before_the_daily_til_batch",),
+    ),
+    Mutation(
         "held-result-dropped",
         "a store that lost the database gives the try back (requeue): the next try asks the"
         " AI again",
@@ -1385,8 +1457,8 @@ MUTATIONS = (
         (
             Edit(
                 REGISTRATION,
-                "now() + make_interval(secs => $9::float8)",
-                "now() + make_interval(secs => 0 * $9::float8)",
+                "now() + make_interval(secs => $10::float8)",
+                "now() + make_interval(secs => 0 * $10::float8)",
             ),
         ),
         (

@@ -10,9 +10,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import ClassVar
 
+import asyncpg
 import pytest
-from sqlalchemy import event, text
-from sqlalchemy import exc as sa_exc
+from asyncpg.connection import LoggedQuery
+from sqlalchemy import bindparam, event, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_ai_worker.handlers.scrap_refine import ScrapRefineHandler
@@ -114,16 +116,21 @@ async def test_claims_asked_together_are_one_statement_each_with_its_own_try(
     )
 
 
+@pytest.mark.parametrize("on_driver", [False, True], ids=["session", "driver"])
 async def test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_one(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession], on_driver: bool
 ) -> None:
+    """Through a session (a handler's `store`) and on the driver (a one-statement `write`,
+    which the store runs without SQLAlchemy): either way the taken-over try's write never
+    commits, and the others' do."""
     seeded, store, claims = await _claimed(sessions, 3)
     lost = seeded.job_ids[1]
     await _expire(sessions, lost)
     async with sessions() as session, session.begin():
         assert await jobs.claim(session, lost, "w-other", LEASE) is not None
 
-    handler = WriteAnswer()
+    handler = SharedAnswer() if on_driver else WriteAnswer()
+    seen = _statements(sessions)
     finished = await asyncio.gather(
         *(store.finish(c, handler, f"answer {i}") for i, c in enumerate(claims))
     )
@@ -133,6 +140,8 @@ async def test_a_batch_with_a_taken_over_try_completes_the_others_and_not_that_o
     rows = await job_rows(sessions, seeded.job_ids)
     assert [rows[j]["status"] for j in seeded.job_ids] == ["COMPLETED", "PROCESSING", "COMPLETED"]
     assert (rows[lost]["tries"], rows[lost]["worker_id"]) == (2, "w-other")
+    writes = {source for sql, source, _ in seen if sql.startswith("UPDATE scraps")}
+    assert writes == {"driver" if on_driver else "sqlalchemy"}
 
 
 async def test_a_batch_with_a_failing_store_fails_only_that_job(
@@ -172,14 +181,28 @@ WRITE_ANSWER = text(
 )
 
 
-def _statements(sessions: async_sessionmaker[AsyncSession]) -> list[tuple[str, bool, int]]:
-    """Every statement the engine runs from now on: (SQL, executemany, parameter sets)."""
-    seen: list[tuple[str, bool, int]] = []
+def _statements(sessions: async_sessionmaker[AsyncSession]) -> list[tuple[str, str, int]]:
+    """Every statement run from now on, through SQLAlchemy or on the driver alone (the
+    store runs one-statement writes there): (SQL, "sqlalchemy" or "driver", parameter
+    sets). SQLAlchemy's statements reach the driver too: those are SQLAlchemy's."""
+    seen: list[tuple[str, str, int]] = []
+    engine = bound_engine(sessions).sync_engine
 
     def note(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        seen.append((statement, executemany, len(parameters) if executemany else 1))
+        seen.append((statement, "sqlalchemy", len(parameters) if executemany else 1))
 
-    event.listen(bound_engine(sessions).sync_engine, "before_cursor_execute", note)
+    def on_driver(query: LoggedQuery) -> None:
+        if any(sql == query.query and source == "sqlalchemy" for sql, source, _ in seen):
+            return
+        # executemany logs its list of parameter sets; execute, its tuple of parameters
+        many = isinstance(query.args, list)
+        seen.append((query.query, "driver", len(query.args) if many else 1))
+
+    def log_driver(dbapi_connection, record, proxy) -> None:  # type: ignore[no-untyped-def]
+        proxy.driver_connection.add_query_logger(on_driver)
+
+    event.listen(engine, "before_cursor_execute", note)
+    event.listen(engine, "checkout", log_driver)
     return seen
 
 
@@ -198,8 +221,47 @@ async def test_the_writes_of_a_batch_are_one_executemany_and_every_job_completes
     assert await _refined(sessions, seeded.scrap_ids) == [f"answer {i}" for i in range(4)]
     rows = await job_rows(sessions, seeded.job_ids)
     assert {rows[j]["status"] for j in seeded.job_ids} == {"COMPLETED"}
-    writes = [(many, sets) for sql, many, sets in seen if sql.startswith("UPDATE scraps")]
-    assert writes == [(True, 4)]
+    writes = [(source, sets) for sql, source, sets in seen if sql.startswith("UPDATE scraps")]
+    assert writes == [("driver", 4)]
+
+
+class JsonAnswer(JobHandler[None, dict[str, str]]):
+    """A one-statement write with a parameter SQLAlchemy converts on the way (JSONB): the
+    store runs it through SQLAlchemy, not on the driver, which would not convert it."""
+
+    job_type: ClassVar[str] = JobType.SCRAP_REFINE
+
+    async def run(self, job: AsyncJob, payload: None) -> dict[str, str]:
+        raise AssertionError("the store tests run no job")
+
+    def write(self, job: AsyncJob, result: dict[str, str]) -> Write:
+        return Write(WRITE_JSON, {"id": job.target_id, "answer": result})
+
+
+WRITE_JSON = text("INSERT INTO json_answers (id, answer) VALUES (:id, :answer)").bindparams(
+    bindparam("answer", type_=JSONB)
+)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+async def test_a_write_whose_parameters_sqlalchemy_converts_goes_through_sqlalchemy(
+    sessions: async_sessionmaker[AsyncSession], count: int
+) -> None:
+    seeded, store, claims = await _claimed(sessions, count)
+    async with sessions() as session, session.begin():
+        await session.execute(text("CREATE TABLE json_answers (id uuid PRIMARY KEY, answer jsonb)"))
+    seen = _statements(sessions)
+
+    finished = await asyncio.gather(
+        *(store.finish(c, JsonAnswer(), {"answer": str(i)}) for i, c in enumerate(claims))
+    )
+
+    assert finished == [True] * count
+    async with sessions() as session:
+        stored = dict((await session.execute(text("SELECT id, answer FROM json_answers"))).all())
+    assert stored == {s: {"answer": str(i)} for i, s in enumerate(seeded.scrap_ids)}
+    inserts = {source for sql, source, _ in seen if sql.startswith("INSERT INTO json_answers")}
+    assert inserts == {"sqlalchemy"}
 
 
 async def test_a_shared_write_that_fails_fails_only_the_job_it_was_for(
@@ -214,7 +276,8 @@ async def test_a_shared_write_that_fails_fails_only_the_job_it_was_for(
     )
 
     assert finished[0] is True and finished[2] is True
-    assert isinstance(finished[1], sa_exc.DBAPIError), finished[1]
+    # the driver's own error: the store runs one-statement writes on the driver
+    assert isinstance(finished[1], asyncpg.DivisionByZeroError), finished[1]
     assert "division by zero" in str(finished[1])
     assert await _refined(sessions, seeded.scrap_ids) == ["a0", None, "a2"]
     rows = await job_rows(sessions, seeded.job_ids)

@@ -103,7 +103,8 @@ def _republished(log: str) -> int:
 async def test_purged_queues_are_healed_without_repeating_a_call(
     stack: FaultStack, db: async_sessionmaker[AsyncSession], tmp_path: Path
 ) -> None:
-    stack.start("relay")
+    # No worker yet: a window as large as the batch lets every message into the queue.
+    stack.start("relay", RELAY_WINDOW_MIN=str(PURGED))
     seeded = await seed(db, PURGED, [JobType.CARD_ANALYSIS], label="purged")
     topology = Topology(stack.prefix)
     queue = topology.queue_name(JobType.CARD_ANALYSIS)
@@ -192,7 +193,9 @@ async def _register_backlog(db: async_sessionmaker[AsyncSession], count: int) ->
 async def test_a_backlog_drained_by_one_worker_is_not_republished(
     stack: FaultStack, db: async_sessionmaker[AsyncSession], tmp_path: Path
 ) -> None:
-    stack.start("relay")
+    # The backlog in the queue, not held in the outbox by the relay's window (that case:
+    # tests/faults/test_fair_share.py): a window as large as the backlog.
+    stack.start("relay", RELAY_WINDOW_MIN=str(BACKLOG))
     job_ids = await _register_backlog(db, BACKLOG)
     queue = Topology(stack.prefix).queue_name(JobType.SCRAP_REFINE)
 

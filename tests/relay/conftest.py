@@ -29,12 +29,15 @@ async def fresh_sessions(fresh_db_url: str) -> AsyncIterator[async_sessionmaker[
 def relay_settings(
     db_url: str, amqp_url: str, topology: Topology, **overrides: object
 ) -> RelaySettings:
+    # These tests publish into queues nobody consumes: a window that never binds keeps
+    # them about publishing (the windows themselves: tests/faults/test_fair_share.py).
+    settings: dict[str, object] = {"relay_window_min": 100_000, **overrides}
     return RelaySettings(
         database_url=db_url,
         amqp_url=amqp_url,
         amqp_prefix=topology.prefix,
         san_env="test",
-        **overrides,  # type: ignore[arg-type]
+        **settings,  # type: ignore[arg-type]
     )
 
 

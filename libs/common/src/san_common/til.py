@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.jobs.registration import (
+    Priority,
     TransactionRequired,
     lock_user,
     register_job_in_transaction,
@@ -63,7 +64,11 @@ class QuizStarted:
 
 
 async def start_til_generation(
-    session: AsyncSession, *, user_id: uuid.UUID, target_date: date
+    session: AsyncSession,
+    *,
+    user_id: uuid.UUID,
+    target_date: date,
+    priority: Priority = Priority.INTERACTIVE,
 ) -> TilStarted:
     """Create or reuse the user's `daily_summaries` row for `target_date`, reset it to
     PENDING and register TIL_GENERATION, all in the caller's open transaction.
@@ -96,7 +101,11 @@ async def start_til_generation(
     )
     assert summary_id is not None  # DO UPDATE always returns the row
     job = await register_job_in_transaction(
-        session, job_type=JobType.TIL_GENERATION, target_id=summary_id, user_id=user_id
+        session,
+        job_type=JobType.TIL_GENERATION,
+        target_id=summary_id,
+        user_id=user_id,
+        priority=priority,
     )
     return TilStarted(summary_id, job.job_id)
 
@@ -116,6 +125,7 @@ async def start_quiz_generation(
     user_id: uuid.UUID,
     target_date: date,
     quiz_types: Sequence[str],
+    priority: Priority = Priority.INTERACTIVE,
 ) -> QuizStarted:
     """Insert a `recall_quiz_generations` row and register RECALL_QUIZ_GENERATION in the
     caller's open transaction. Each call is a new generation (no per-date uniqueness)."""
@@ -128,7 +138,11 @@ async def start_quiz_generation(
     )
     assert generation_id is not None
     job = await register_job_in_transaction(
-        session, job_type=JobType.RECALL_QUIZ_GENERATION, target_id=generation_id, user_id=user_id
+        session,
+        job_type=JobType.RECALL_QUIZ_GENERATION,
+        target_id=generation_id,
+        user_id=user_id,
+        priority=priority,
     )
     return QuizStarted(generation_id, job.job_id)
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_common.jobs import lifecycle
-from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
+from san_common.jobs.registration import (
+    DuplicateActiveJob,
+    Priority,
+    register_job_in_transaction,
+)
 from san_recovery import repository
 from san_recovery.policy import Policy
 from san_recovery.repository import GAVE_UP_PREFIX, JobRow, TargetState
@@ -49,6 +53,7 @@ async def retry_or_give_up(
                 target_id=job.target_id,
                 user_id=job.user_id,
                 attempt=job.attempt + 1,
+                priority=Priority.BATCH,  # nobody is waiting on a sweep: after their work
             )
             await lifecycle.mirror_pending(session, job_type, job.target_id)
 

@@ -35,29 +35,41 @@ from san_common.broker.topology import Topology
 from san_common.jobs import registry
 from san_common.outages import BROKER
 
-# $1 the queue's job types (its routing keys). The room of a quota is what `quotas._RESERVE`
-# would find: the window's requests left, or its whole limit once the window ended.
+# Every job type's parts in one statement (one scan of the due outbox rows, however many
+# queues). The room of a quota is what `quotas._RESERVE` would find: the window's requests
+# left, or its whole limit once the window ended.
 _MEASURE = """
-SELECT
-    (SELECT count(*) FROM outbox_messages
-        WHERE published_at IS NULL AND available_at <= now() AND routing_key = ANY($1)
-    ) AS due,
-    (SELECT count(*) FROM async_jobs WHERE status = 'PROCESSING' AND job_type = ANY($1)
-    ) AS running,
-    (SELECT coalesce(sum(greatest(w.due - w.room, 0)), 0) FROM (
-        SELECT count(*) AS due,
-            min(CASE WHEN q.requests_reset_at IS NULL OR q.requests_reset_at <= now()
-                THEN q.requests_limit ELSE q.requests_remaining END) AS room
-        FROM async_jobs AS j
-        JOIN upstream_quotas AS q ON q.key = j.waiting_key
-        WHERE j.status = 'PENDING' AND j.waiting_for = 'upstream-quota'
-          AND j.next_attempt_at <= now() AND j.job_type = ANY($1)
-        GROUP BY q.key
-    ) AS w WHERE w.room IS NOT NULL) AS beyond_quota,
-    (SELECT count(*) FROM async_jobs
-        WHERE status = 'PENDING' AND waiting_for IS NOT NULL AND next_attempt_at > now()
-          AND job_type = ANY($1)
-    ) AS waiting
+WITH due AS (
+    SELECT routing_key AS job_type, count(*) AS n FROM outbox_messages
+    WHERE published_at IS NULL AND available_at <= now()
+    GROUP BY routing_key
+), running AS (
+    SELECT job_type, count(*) AS n FROM async_jobs WHERE status = 'PROCESSING'
+    GROUP BY job_type
+), waited AS (
+    SELECT j.job_type, count(*) AS n,
+        min(CASE WHEN q.requests_reset_at IS NULL OR q.requests_reset_at <= now()
+            THEN q.requests_limit ELSE q.requests_remaining END) AS room
+    FROM async_jobs AS j
+    JOIN upstream_quotas AS q ON q.key = j.waiting_key
+    WHERE j.status = 'PENDING' AND j.waiting_for = 'upstream-quota'
+      AND j.next_attempt_at <= now()
+    GROUP BY j.job_type, q.key
+), beyond AS (
+    SELECT job_type, sum(greatest(n - room, 0)) AS n FROM waited WHERE room IS NOT NULL
+    GROUP BY job_type
+), waiting AS (
+    SELECT job_type, count(*) AS n FROM async_jobs
+    WHERE status = 'PENDING' AND waiting_for IS NOT NULL AND next_attempt_at > now()
+    GROUP BY job_type
+)
+SELECT t.job_type, coalesce(due.n, 0) AS due, coalesce(running.n, 0) AS running,
+    coalesce(beyond.n, 0) AS beyond_quota, coalesce(waiting.n, 0) AS waiting
+FROM unnest($1::text[]) AS t(job_type)
+LEFT JOIN due ON due.job_type = t.job_type
+LEFT JOIN running ON running.job_type = t.job_type
+LEFT JOIN beyond ON beyond.job_type = t.job_type
+LEFT JOIN waiting ON waiting.job_type = t.job_type
 """
 
 
@@ -97,24 +109,33 @@ class RunnableGauge:
     async def run_once(self) -> list[Runnable]:
         """Measure every queue and set the gauges; without the broker, nothing is set."""
         began = time.monotonic()
-        measured: list[Runnable] = []
-        for queue, job_types in self.queues().items():
+        ready: dict[str, int] = {}
+        queues = self.queues()
+        for queue in queues:
             try:
                 depth = await self._depths.read(queue)
             except Exception as exc:
                 BROKER.lost(exc, "reading the job queues' depths")
-                return measured
-            measured.append(await self.measure(queue, job_types, depth.ready if depth else 0))
+                return []
+            ready[queue] = depth.ready if depth else 0
         BROKER.answered(began)
+        parts = await self.parts([t for types in queues.values() for t in types])
+        measured = []
+        for queue, types in queues.items():
+            due, running, beyond, waiting = (sum(parts[t][i] for t in types) for i in range(4))
+            measured.append(Runnable(queue, ready[queue], due, running, beyond, waiting))
         for one in measured:
             metrics.QUEUE_RUNNABLE.labels(one.queue).set(one.runnable)
             metrics.QUEUE_WAITING.labels(one.queue).set(one.waiting)
         return measured
 
-    async def measure(self, queue: str, job_types: list[str], ready: int) -> Runnable:
+    async def parts(self, job_types: list[str]) -> dict[str, tuple[int, int, int, int]]:
+        """Each job type's due, running, beyond-quota and waiting jobs (the database's
+        parts; the ready ones are the broker's)."""
         async with self._sessions() as session, session.begin():
             connection = await session.connection()
-            row = (await connection.exec_driver_sql(_MEASURE, (job_types,))).one()
-        return Runnable(
-            queue, ready, int(row.due), int(row.running), int(row.beyond_quota), int(row.waiting)
-        )
+            rows = (await connection.exec_driver_sql(_MEASURE, (job_types,))).all()
+        return {
+            r.job_type: (int(r.due), int(r.running), int(r.beyond_quota), int(r.waiting))
+            for r in rows
+        }

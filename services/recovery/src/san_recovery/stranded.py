@@ -44,6 +44,7 @@ from san_common import metrics
 from san_common.broker.depths import QueueDepths
 from san_common.broker.topology import Topology
 from san_common.jobs import outbox, registry
+from san_common.jobs.admission import Priority
 from san_common.outages import BROKER
 from san_recovery import repository
 
@@ -131,7 +132,7 @@ class StrandedCheck:
             self._suspects[queue] = {j: at for j, at in suspects.items() if j not in confirmed}
             jobs = await repository.mark_republished(session, confirmed, NOTE)
             for job in jobs:
-                await outbox.add_job_message(session, job)
+                await outbox.add_job_message(session, job, priority=Priority.BATCH)
         result = QueueCheck(queue, unpublished, depth.ready, waiting, len(suspects), len(jobs))
         if jobs:
             for job in jobs:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -34,10 +35,11 @@ from aio_pika.abc import (
     AbstractExchange,
     AbstractRobustConnection,
 )
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from san_common import deployment, metrics
 from san_common.broker.connect import connect_robust
+from san_common.broker.depths import read_depth
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.ownership import hold_prefix
 from san_common.broker.topology import Topology, adopt_legacy_dead_letters, declare_topology
@@ -48,8 +50,9 @@ from san_common.jobs.publishing import publish_row
 from san_common.outages import BROKER, DATABASE
 from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
-from san_relay.repository import Pending
+from san_relay.repository import Batch, Pending
 from san_relay.settings import RelaySettings
+from san_relay.window import Windows
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,20 @@ class Relay:
         # read from the database once (at start, or by the first round); every message
         # carries it
         self._deployment_id: str | None = None
+        self._windows = (
+            Windows(
+                topology,
+                least=settings.relay_window_min,
+                per_consumer=settings.relay_window_per_consumer,
+                poll_seconds=settings.relay_window_poll_seconds,
+            )
+            if settings.relay_fair_share
+            else None
+        )
+        self._admitting = asyncio.Lock()  # one round at a time measures the windows
+        # rows were added (a NOTIFY) or fell due since the last claim: worth a claim even
+        # while the windows are full (they may be for another queue)
+        self._news = True
 
     def broker_connected(self) -> bool:
         """Readiness: the publishing connection and channel are open (no new connection)."""
@@ -197,7 +214,9 @@ class Relay:
         if self._deployment_id is None:
             self._deployment_id = await deployment.identity(self._sessions)
         async with self._engine.begin() as connection:
-            batch = await repository.claim_unpublished(connection, self._settings.relay_batch_size)
+            batch = await self._claim(connection)
+            if batch is None:  # every window is (nearly) full: nothing claimed
+                return 0
             self._next_due = (
                 None
                 if batch.next_due_seconds is None
@@ -206,7 +225,15 @@ class Relay:
             rows = batch.rows
             if not rows:
                 return 0
-            confirmed, first_error = await self._publish(channel, rows)
+            if self._windows is None:
+                confirmed, first_error = await self._publish(channel, rows)
+            else:
+                taken = self._windows.reserve(r.routing_key for r in rows)
+                confirmed = []
+                try:
+                    confirmed, first_error = await self._publish(channel, rows)
+                finally:
+                    self._windows.settle(taken, self._confirmed_per_queue(rows, confirmed))
             if not confirmed:  # nothing got through: a failed round, so the loop backs off
                 metrics.OUTBOX_PUBLISH_FAILURES.inc(len(rows))
                 raise RoundFailed(f"broker confirmed none of {len(rows)} messages: {first_error}")
@@ -230,6 +257,64 @@ class Relay:
                 },
             )
         return len(confirmed)
+
+    async def _claim(self, connection: AsyncConnection) -> Batch | None:
+        """The round's rows; None when the windows leave no room worth a claim.
+
+        Without a held-back backlog the claim is the plain one, as cheap as before fair
+        share: whatever order it takes the due rows in, a batch that fits in its queues'
+        windows keeps every queue's ready messages within its window. Only when it does
+        not fit — or the last fair claim left rows behind — does the round claim in
+        admission order (`claim_outbox_fair`), the rooms as measured now."""
+        size = self._settings.relay_batch_size
+        windows = self._windows
+        if windows is None:
+            return await repository.claim_unpublished(connection, size)
+        async with self._admitting:  # between measuring and reserving, one round at a time
+            if not windows.holding:
+                batch = await repository.claim_unpublished(connection, size)
+                over = windows.fits(r.routing_key for r in batch.rows)
+                if over and (stale := windows.stale(over)):
+                    await windows.read(self._broker(), stale)
+                    over = windows.fits(r.routing_key for r in batch.rows)
+                if not over:
+                    return batch
+                # The plain batch's rows stay locked until the commit; the fair claim
+                # re-takes those it chooses (a transaction's own locks are not skipped).
+            # Only queues with messages in them can have more room than counted.
+            if stale := windows.stale(windows.occupied()):
+                await windows.read(self._broker(), stale)
+            # Without new rows, a claim is worth it only once the consumers made room.
+            news, self._news = self._news, False
+            if windows.holding and not news and not windows.wants_refill():
+                return None
+            keys, key_queue, rooms = windows.claim_arguments()
+            batch = await repository.claim_fair(
+                connection,
+                size,
+                keys=keys,
+                key_queue=key_queue,
+                rooms=rooms,
+                aging_seconds=self._settings.relay_batch_aging_seconds,
+            )
+            windows.hold(batch.held)
+            return batch
+
+    def _broker(self) -> AbstractConnection:
+        if self._connection is None:
+            raise RoundFailed("no broker connection to measure the queues with")
+        return self._connection
+
+    def _confirmed_per_queue(
+        self, rows: Sequence[Pending], confirmed: Sequence[int]
+    ) -> Counter[str]:
+        assert self._windows is not None
+        ids = set(confirmed)
+        return Counter(
+            q
+            for r in rows
+            if r.id in ids and (q := self._windows.queue_of(r.routing_key)) is not None
+        )
 
     async def _publish(
         self, channel: AbstractChannel, rows: Sequence[Pending]
@@ -281,10 +366,14 @@ class Relay:
                 logging.INFO if DATABASE.ongoing else logging.WARNING,
                 "LISTEN connection lost; listening again",
             )
-        await connection.add_listener(NOTIFY_CHANNEL, lambda *_: self._wakeup.set())
+        await connection.add_listener(NOTIFY_CHANNEL, lambda *_: self._notified())
         # Waking on the loss makes the next round listen again (and catch up by polling).
         connection.add_termination_listener(lambda *_: self._wakeup.set())
         self._listener = connection
+
+    def _notified(self) -> None:
+        self._news = True
+        self._wakeup.set()
 
     def _forget_listener(self) -> None:
         """The round's connection stopped answering: the listener's very likely went silent
@@ -301,8 +390,11 @@ class Relay:
 
     async def _sleep(self, stop: asyncio.Event) -> None:
         timeout = self._settings.relay_poll_seconds
+        if self._windows is not None and self._windows.holding:  # the consumers make room
+            timeout = min(timeout, self._settings.relay_window_poll_seconds)
         if self._next_due is not None:  # a row scheduled for later, as the last claim saw
             timeout = min(timeout, max(0.0, self._next_due - time.monotonic()) + 0.01)
+            self._news = self._news or self._next_due <= time.monotonic() + timeout
         try:
             await _first_set(self._wakeup, stop, within=timeout)
             # Messages that keep coming one by one (a burst of single registrations) would
@@ -350,8 +442,8 @@ class Relay:
     async def observe_queues(self, channel: AbstractChannel) -> None:
         for name in self._topology.all_queue_names():
             # passive: a queue that vanished closes this channel, never re-creates the queue
-            queue = await channel.declare_queue(name, passive=True)
-            metrics.QUEUE_MESSAGES.labels(name).set(queue.declaration_result.message_count or 0)
+            depth = await read_depth(channel, name)
+            metrics.QUEUE_MESSAGES.labels(name).set(depth.ready)
 
 
 async def _first_set(*events: asyncio.Event, within: float | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -22,6 +23,8 @@ class Batch:
 
     rows: list[Pending]
     next_due_seconds: float | None
+    # the queue numbers the fair claim left due rows behind for (their windows were full)
+    held: frozenset[int] = frozenset()
 
 
 # One statement a round: the batch, and when to wake up next (a separate query for the
@@ -35,7 +38,32 @@ async def claim_unpublished(connection: AsyncConnection, limit: int) -> Batch:
     """Lock a batch of unpublished rows that are due (`available_at` has come). SKIP LOCKED
     lets replicas take disjoint batches; the locks last until the caller's transaction
     ends."""
-    rows = (await connection.exec_driver_sql(_CLAIM, (limit,))).mappings().all()
+    return _batch((await connection.exec_driver_sql(_CLAIM, (limit,))).mappings().all())
+
+
+# Migration 0018's function: the due rows in admission order, at most rooms[q] for queue q.
+_CLAIM_FAIR = "SELECT * FROM claim_outbox_fair($1, $2, $3, $4, $5)"
+
+
+async def claim_fair(
+    connection: AsyncConnection,
+    limit: int,
+    *,
+    keys: list[str],
+    key_queue: list[int],
+    rooms: list[int],
+    aging_seconds: float,
+) -> Batch:
+    """Lock at most `limit` due rows, at most `rooms[q - 1]` of them for the routing keys
+    whose queue number (`key_queue`) is q: interactive first (a batch row due for longer
+    than `aging_seconds` counts as interactive), then round-robin by user weighted by
+    `users.share_weight`, then oldest first (docs/architecture.md, "Fair share and
+    priorities"). SKIP LOCKED as `claim_unpublished`."""
+    params = (limit, keys, key_queue, rooms, aging_seconds)
+    return _batch((await connection.exec_driver_sql(_CLAIM_FAIR, params)).mappings().all())
+
+
+def _batch(rows: Sequence[Any]) -> Batch:
     seconds = rows[0]["next_due_seconds"]
     return Batch(
         [
@@ -54,6 +82,7 @@ async def claim_unpublished(connection: AsyncConnection, limit: int) -> Batch:
             if row["id"] is not None
         ],
         None if seconds is None else max(0.0, seconds),
+        frozenset(rows[0].get("held") or ()),
     )
 
 

@@ -32,6 +32,39 @@ class RelaySettings(ServiceSettings):
             "it (0: every notification starts a round at once)"
         ),
     )
+    relay_fair_share: bool = Field(
+        default=True,
+        description=(
+            "Admit messages into each job queue only up to its window, interactive first "
+            "and round-robin by user (false: publish every due row at once, in order)"
+        ),
+    )
+    relay_window_min: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description="A job queue's window when it has no consumers (and at least)",
+    )
+    relay_window_per_consumer: int = Field(
+        default=10,
+        ge=1,
+        le=100_000,
+        description=(
+            "Messages ready in a job queue per consumer of it (the workers' WORKER_PREFETCH); "
+            "the window is the larger of this × consumers and RELAY_WINDOW_MIN"
+        ),
+    )
+    relay_window_poll_seconds: float = Field(
+        default=0.02,
+        gt=0,
+        le=5,
+        description="While a window holds messages back, how often the queues are re-read",
+    )
+    relay_batch_aging_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="A batch-class message due for longer than this is admitted as interactive",
+    )
     relay_publish_timeout_seconds: float = Field(default=10.0, gt=0)
     relay_database_timeout_seconds: float = Field(
         default=10.0,

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection
 from aiormq.exceptions import ChannelNotFoundEntity
 
 from san_common.broker.connect import connect_robust
@@ -63,3 +63,12 @@ class QueueDepths:
     async def close(self) -> None:
         if self._connection is not None:
             await self._connection.close()
+
+
+async def read_depth(channel: AbstractChannel, queue: str) -> Depth:
+    """A passive declare of `queue` on any channel, sent to the broker every time (a robust
+    channel's own `declare_queue(passive=True)` answers a queue it declared before from its
+    cache, with the counts of that first declare)."""
+    underlay = await channel.get_underlay_channel()
+    result = await underlay.queue_declare(queue, passive=True)
+    return Depth(ready=result.message_count or 0, consumers=result.consumer_count or 0)

@@ -425,16 +425,20 @@ FROM cancelled
 
 def _with_mirrors(template: str, jobs: str, status: str) -> str:
     """`template` with one more WITH clause per mirrored job type: its target rows follow
-    the jobs in `jobs` to `status`."""
-    clauses = "".join(
-        f", mirror_{i} AS (\n    {mirror.update_sql(status, jobs, job_type)}\n)"
-        for i, (job_type, mirror) in enumerate(sorted(registry.mirrored().items()))
-    )
-    return _statements(template, clauses)
+    the jobs in `jobs` to `status`. Built once per registry state: writing the clauses out
+    cost each claim and each completion batch tens of microseconds, as much as a one-job
+    batch's own Python work on a small machine (docs/performance.md)."""
+    return _statement(template, jobs, status, tuple(sorted(registry.mirrored().items())))
 
 
 @functools.lru_cache(maxsize=64)
-def _statements(template: str, clauses: str) -> str:
+def _statement(
+    template: str, jobs: str, status: str, mirrors: tuple[tuple[str, registry.Mirror], ...]
+) -> str:
+    clauses = "".join(
+        f", mirror_{i} AS (\n    {mirror.update_sql(status, jobs, job_type)}\n)"
+        for i, (job_type, mirror) in enumerate(mirrors)
+    )
     return template.replace("{mirrors}", clauses)
 
 
@@ -555,18 +559,21 @@ async def extend_lease(
 
 
 async def complete_batch(
-    session: AsyncSession, tries: Sequence[tuple[uuid.UUID, int]]
+    session: AsyncSession | asyncpg.Connection, tries: Sequence[tuple[uuid.UUID, int]]
 ) -> set[uuid.UUID]:
     """COMPLETE: PROCESSING → COMPLETED for each (job, try) whose try still holds the job,
     with its try row and its target row's mirrored status; returns those job ids (the
-    others were taken over: their try changed nothing)."""
+    others were taken over: their try changed nothing). In the caller's transaction: a
+    session's, or one the worker holds open on the driver (`asyncpg.Connection`, when its
+    handlers' writes are single statements: worker/store.py)."""
     if not tries:
         return set()
+    statement = _with_mirrors(_COMPLETE_BATCH, "done", _COMPLETED)
+    params = ([job_id for job_id, _ in tries], [no for _, no in tries])
+    if not isinstance(session, AsyncSession):
+        return {row[0] for row in await session.fetch(statement, *params)}
     connection = await session.connection()
-    rows = await connection.exec_driver_sql(
-        _with_mirrors(_COMPLETE_BATCH, "done", _COMPLETED),
-        ([job_id for job_id, _ in tries], [no for _, no in tries]),
-    )
+    rows = await connection.exec_driver_sql(statement, params)
     return {job_id for (job_id,) in rows}
 
 

@@ -10,6 +10,7 @@ from typing import Protocol
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from san_common.jobs.admission import Priority
 from san_common.jobs.envelope import JobMessage
 from san_common.models import OutboxMessage
 from san_common.tracing import current_trace_context
@@ -33,10 +34,16 @@ class JobRef(Protocol):
 
 
 async def add_job_message(
-    session: AsyncSession, job: JobRef, *, available_at: datetime | None = None
+    session: AsyncSession,
+    job: JobRef,
+    *,
+    available_at: datetime | None = None,
+    priority: Priority = Priority.INTERACTIVE,
 ) -> JobMessage:
     """A new message (new `message_id`) for `job`, published when `available_at` has come
-    (now when None). The routing key is the job type; queues are bound by job type."""
+    (now when None). The routing key is the job type; queues are bound by job type. The
+    row carries the job's user and `priority`, which the relay admits by
+    (jobs/admission.py); a retry's is interactive: its user was waiting already."""
     message = new_job_message(
         job_id=job.job_id,
         job_type=job.job_type,
@@ -50,6 +57,8 @@ async def add_job_message(
         "routing_key": job.job_type,
         "body": message.model_dump(mode="json"),
         "headers": {},
+        "user_id": job.user_id,
+        "priority": int(priority),
     }
     if available_at is not None:
         values["available_at"] = available_at

@@ -6,6 +6,10 @@ Two modes, as in the seed (docs/reference/job-rules.md §2.3):
   same for a caller whose transaction is on an asyncpg connection (the API's hot write
   path, which runs no ORM session);
 - `register_job` opens and commits a transaction of its own (the seed's REQUIRES_NEW).
+
+Each takes the job's `priority` class (jobs/admission.py): interactive by default — a user
+waits on it — and batch for the daily TIL batch and recovery's re-registrations. The
+outbox row carries it with the user, for the relay's fair admission.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionm
 from san_common import metrics
 from san_common.db.engine import bound_engine, driver_connection
 from san_common.jobs import registry
+from san_common.jobs.admission import Priority
 from san_common.jobs.envelope import JobMessage
 from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
 from san_common.jobs.publishing import DirectRows, Pending
@@ -27,6 +32,7 @@ __all__ = [
     "JOBS_EXCHANGE",
     "ActiveJobForUser",
     "DuplicateActiveJob",
+    "Priority",
     "RegisteredJob",
     "TransactionRequired",
     "lock_user",
@@ -73,6 +79,7 @@ async def register_job_in_transaction(
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int = 1,
+    priority: Priority = Priority.INTERACTIVE,
 ) -> RegisteredJob:
     """Add the job and its outbox message to the caller's open transaction.
 
@@ -95,7 +102,7 @@ async def register_job_in_transaction(
         active = found.scalar()
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    registered = await _insert(connection, job_type, target_id, user_id, attempt)
+    registered = await _insert(connection, job_type, target_id, user_id, attempt, priority)
     # Counted when added to the transaction: a caller that rolls back afterwards (rare:
     # the caller's own later failure) is counted too.
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
@@ -109,6 +116,7 @@ async def register_job_on_connection(
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int = 1,
+    priority: Priority = Priority.INTERACTIVE,
     direct: DirectRows | None = None,
 ) -> RegisteredJob:
     """`register_job_in_transaction` for a transaction on an asyncpg connection: the same
@@ -129,7 +137,11 @@ async def register_job_on_connection(
         active = await connection.fetchval(_ACTIVE_FOR_USER, user_id, str(job_type))
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    registered = await _insert_on(connection, job_type, target_id, user_id, attempt, direct)
+    if priority is not Priority.INTERACTIVE:
+        direct = None  # batch work waits for the relay's fair window
+    registered = await _insert_on(
+        connection, job_type, target_id, user_id, attempt, priority, direct
+    )
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
 
@@ -141,18 +153,24 @@ async def register_job(
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int = 1,
+    priority: Priority = Priority.INTERACTIVE,
 ) -> RegisteredJob:
     """Register a job in a transaction of its own and commit it."""
     if registry.spec_for(job_type).user_lock is not None:  # lock, check, insert: together
         async with session_factory() as session, session.begin():
             return await register_job_in_transaction(
-                session, job_type=job_type, target_id=target_id, user_id=user_id, attempt=attempt
+                session,
+                job_type=job_type,
+                target_id=target_id,
+                user_id=user_id,
+                attempt=attempt,
+                priority=priority,
             )
     # One statement is the whole registration: atomic without a transaction around it, so
     # it runs on the pooled connection's asyncpg driver in autocommit, without SQLAlchemy's
     # execution path (a third of the registration's CPU, docs/performance.md).
     async with driver_connection(bound_engine(session_factory)) as connection:
-        registered = await _insert_on(connection, job_type, target_id, user_id, attempt)
+        registered = await _insert_on(connection, job_type, target_id, user_id, attempt, priority)
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
 
@@ -168,13 +186,13 @@ WITH job AS (
     ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING') DO NOTHING
     RETURNING job_id
 )
-INSERT INTO outbox_messages (message_id, exchange, routing_key, body, headers)
-SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb FROM job
+INSERT INTO outbox_messages (message_id, exchange, routing_key, body, headers, user_id, priority)
+SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9 FROM job
 RETURNING id
 """
 
 # The same, for a caller that publishes after its commit: the message is the caller's
-# (`direct`, due only after the grace $9 seconds) when the user has no other active job of
+# (`direct`, due only after the grace $10 seconds) when the user has no other active job of
 # the type (the statement's snapshot does not see the job it inserts; the index on
 # async_jobs (user_id, job_type, status) answers). A user's first active job of a type
 # skips the relay; the rest of a burst waits for the relay's fair window.
@@ -190,9 +208,10 @@ WITH job AS (
         WHERE a.user_id = $4 AND a.job_type = $2 AND a.status IN ('PENDING', 'PROCESSING')
     ) AS direct
 )
-INSERT INTO outbox_messages (message_id, exchange, routing_key, body, headers, available_at, direct)
-SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb,
-       CASE WHEN alone.direct THEN now() + make_interval(secs => $9::float8) ELSE now() END,
+INSERT INTO outbox_messages
+    (message_id, exchange, routing_key, body, headers, user_id, priority, available_at, direct)
+SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9,
+       CASE WHEN alone.direct THEN now() + make_interval(secs => $10::float8) ELSE now() END,
        alone.direct
 FROM job CROSS JOIN alone
 RETURNING id, direct, body::text AS body, created_at
@@ -220,7 +239,7 @@ def _new_message(
     )
 
 
-def _register_params(message: JobMessage) -> tuple[object, ...]:
+def _register_params(message: JobMessage, priority: Priority) -> tuple[object, ...]:
     return (
         message.job_id,
         message.job_type,
@@ -230,6 +249,7 @@ def _register_params(message: JobMessage) -> tuple[object, ...]:
         message.message_id,
         JOBS_EXCHANGE,
         message.model_dump_json(),
+        int(priority),
     )
 
 
@@ -239,9 +259,10 @@ async def _insert(
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int,
+    priority: Priority,
 ) -> RegisteredJob:
     message = _new_message(job_type, target_id, user_id, attempt)
-    result = await connection.exec_driver_sql(_REGISTER, _register_params(message))
+    result = await connection.exec_driver_sql(_REGISTER, _register_params(message, priority))
     if result.first() is None:
         raise DuplicateActiveJob(job_type, target_id)
     return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
@@ -253,10 +274,11 @@ async def _insert_on(
     target_id: uuid.UUID,
     user_id: uuid.UUID,
     attempt: int,
+    priority: Priority,
     direct: DirectRows | None = None,
 ) -> RegisteredJob:
     message = _new_message(job_type, target_id, user_id, attempt)
-    params = _register_params(message)
+    params = _register_params(message, priority)
     if direct is None:
         if await connection.fetchval(_REGISTER, *params) is None:
             raise DuplicateActiveJob(job_type, target_id)

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    SmallInteger,
     Text,
     func,
     text,
@@ -143,6 +144,15 @@ class OutboxMessage(Base):
             "id",
             postgresql_where=text("published_at IS NULL"),
         ),
+        # the relay's fair claim: (user, class, job type) groups and their earliest rows (0018)
+        Index(
+            "ix_outbox_messages_fair",
+            "user_id",
+            "priority",
+            "routing_key",
+            "id",
+            postgresql_where=text("published_at IS NULL"),
+        ),
         Index(
             "ix_outbox_messages_published_at",
             "published_at",
@@ -162,6 +172,12 @@ class OutboxMessage(Base):
     available_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+    # Whose job it is (the nil UUID: nobody's) and its priority class (jobs/admission.py):
+    # what the relay's fair claim orders by (migration 0018).
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        server_default=text("'00000000-0000-0000-0000-000000000000'::uuid")
+    )
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
     # The API publishes the row itself after its commit; `available_at` is then its grace
-    # (migration 0018).
+    # (migration 0019).
     direct: Mapped[bool] = mapped_column(server_default=text("false"))

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from san_common.db.engine import bound_engine, driver_connection
 from san_common.errors import is_connection_loss, is_contention
@@ -118,6 +121,59 @@ class _Finish:
     @property
     def job_id(self) -> uuid.UUID:
         return self.claim.job.job_id
+
+
+@dataclass(frozen=True)
+class _DriverSql:
+    """A handler's write statement as the driver runs it: its SQL, and the order of its
+    parameters."""
+
+    sql: str
+    names: tuple[str, ...]
+    compiled: Any  # the SQLAlchemy `Compiled`, to fill in the statement's own parameters
+
+    def arguments(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        values = self.compiled.construct_params(params)
+        return tuple(values[name] for name in self.names)
+
+
+# Each write statement compiled once (the statements are module constants).
+_ON_DRIVER: weakref.WeakKeyDictionary[ClauseElement, _DriverSql | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _on_driver(statement: Executable, dialect: Dialect) -> _DriverSql | None:
+    """`statement` compiled for the driver, when running it there changes nothing: no
+    parameter that SQLAlchemy converts on the way (a JSON column's), none that it computes
+    at execution (a Python-side default). Else None: it goes through SQLAlchemy."""
+    if not isinstance(statement, ClauseElement):
+        return None
+    if statement in _ON_DRIVER:
+        return _ON_DRIVER[statement]
+    compiled = statement.compile(dialect=dialect)
+    found = None
+    if (
+        isinstance(compiled, SQLCompiler)
+        and compiled.positiontup is not None
+        and not compiled.insert_prefetch
+        and not compiled.update_prefetch
+        and all(
+            bind.type.dialect_impl(dialect).bind_processor(dialect) is None
+            for bind in compiled.binds.values()
+        )
+    ):
+        found = _DriverSql(compiled.string, tuple(compiled.positiontup), compiled)
+    _ON_DRIVER[statement] = found
+    return found
+
+
+def _check_held(done: set[uuid.UUID], count: int) -> None:
+    """Fencing of a completion: unless each of the `count` tries still held its job,
+    `_LeaseLost` rolls the whole transaction back (the writes of a try taken over never
+    commit)."""
+    if len(done) < count:
+        raise _LeaseLost(done)
 
 
 async def _outcome(finishing: Awaitable[bool]) -> bool | BaseException:
@@ -224,6 +280,10 @@ class SqlJobStore:
             return [await _outcome(self._finish_one(item)) for item in batch]
 
     async def _finish_together(self, batch: Sequence[_Finish]) -> None:
+        written = self._written(batch)
+        if written is not None:
+            await self._finish_on_driver(batch, written)
+            return
         async with self._sessions() as session, session.begin():
             shared: dict[Executable, list[Mapping[str, Any]]] = {}
             for index, item in enumerate(batch):
@@ -248,14 +308,63 @@ class SqlJobStore:
             done = await jobs.complete_batch(
                 session, [(item.job_id, item.claim.try_no) for item in batch]
             )
-            if len(done) < len(batch):
-                raise _LeaseLost(done)
+            _check_held(done, len(batch))
+
+    def _written(self, batch: Sequence[_Finish]) -> dict[str, list[tuple[Any, ...]]] | None:
+        """The batch's writes grouped by statement, for the driver: when every handler's
+        results are one statement that the driver can run as it is (`_on_driver`); else
+        None. A handler's `write` that raises is its store failing."""
+        if not all(writes_one_statement(item.handler) for item in batch):
+            return None
+        shared: dict[str, list[tuple[Any, ...]]] = {}
+        for index, item in enumerate(batch):
+            try:
+                write = item.handler.write(item.claim.job, item.result)
+                on_driver = _on_driver(write.statement, self._engine.dialect)
+                if on_driver is None:
+                    return None
+                shared.setdefault(on_driver.sql, []).append(on_driver.arguments(write.params))
+            except Exception as exc:
+                raise _StoreFailed(index) from exc
+        return shared
+
+    async def _finish_on_driver(
+        self,
+        batch: Sequence[_Finish],
+        written: Mapping[str, Sequence[tuple[Any, ...]]],
+        *,
+        shared: bool = True,
+    ) -> None:
+        """The writes and the completion of `batch` on the driver, in one transaction,
+        without SQLAlchemy's session around them (which cost a one-job batch about a third
+        of its CPU: docs/performance.md). A write that fails is `_StoreFailed` when the
+        batch `shared` it, else its own error."""
+        async with driver_connection(self._engine) as connection, connection.transaction():
+            for sql, arguments in written.items():
+                try:
+                    await connection.executemany(sql, arguments)
+                except Exception as exc:
+                    if is_connection_loss(exc) or not shared:
+                        raise
+                    raise _StoreFailed(None) from exc
+            done = await jobs.complete_batch(
+                connection, [(item.job_id, item.claim.try_no) for item in batch]
+            )
+            _check_held(done, len(batch))
 
     async def _finish_one(self, item: _Finish) -> bool:
         claim = item.claim
+        on_driver: _DriverSql | None = None
+        if writes_one_statement(item.handler):
+            write = item.handler.write(claim.job, item.result)
+            on_driver = _on_driver(write.statement, self._engine.dialect)
         attempt = 1
         while True:
             try:
+                if on_driver is not None:
+                    written = {on_driver.sql: [on_driver.arguments(write.params)]}
+                    await self._finish_on_driver([item], written, shared=False)
+                    return True
                 async with self._sessions() as session, session.begin():
                     await item.handler.store(session, claim.job, item.result)
                     if not await jobs.complete(session, claim.job.job_id, claim.try_no):

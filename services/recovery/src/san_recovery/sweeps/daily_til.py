@@ -9,6 +9,7 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from san_common.jobs.admission import Priority
 from san_common.jobs.registration import DuplicateActiveJob
 from san_common.jobs.types import JobType
 from san_common.til import QUIZ_TYPES, TilInProgress, start_quiz_generation, start_til_generation
@@ -52,12 +53,18 @@ async def sweep(session: AsyncSession, now: datetime, policy: Policy) -> Tally:
 
 
 async def _start_til(session: AsyncSession, day: UserDay) -> Outcome:
-    await start_til_generation(session, user_id=day.user_id, target_date=day.day)
+    await start_til_generation(
+        session, user_id=day.user_id, target_date=day.day, priority=Priority.BATCH
+    )
     return Outcome.REGISTERED
 
 
 async def _start_quiz(session: AsyncSession, day: UserDay) -> Outcome:
     await start_quiz_generation(
-        session, user_id=day.user_id, target_date=day.day, quiz_types=QUIZ_TYPES
+        session,
+        user_id=day.user_id,
+        target_date=day.day,
+        quiz_types=QUIZ_TYPES,
+        priority=Priority.BATCH,
     )
     return Outcome.REGISTERED

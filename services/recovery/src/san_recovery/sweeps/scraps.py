@@ -8,7 +8,11 @@ from functools import partial
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from san_common.jobs.registration import DuplicateActiveJob, register_job_in_transaction
+from san_common.jobs.registration import (
+    DuplicateActiveJob,
+    Priority,
+    register_job_in_transaction,
+)
 from san_common.jobs.types import JobType
 from san_recovery import repository
 from san_recovery.policy import Policy
@@ -54,5 +58,6 @@ async def _register(session: AsyncSession, job_type: JobType, scrap: ScrapCandid
         target_id=scrap.scrap_id,
         user_id=scrap.user_id,
         attempt=scrap.attempt,
+        priority=Priority.BATCH,  # nobody is waiting on a sweep: after their work
     )
     return Outcome.REGISTERED

@@ -1,7 +1,7 @@
 """direct publish: outbox rows the API publishes itself, with the relay as the fallback
 
-Revision ID: 0018_direct_publish
-Revises: 0017_job_waits
+Revision ID: 0019_direct_publish
+Revises: 0018_fair_share
 
 A row the API chose to publish itself right after its commit (`direct`) is inserted due
 only after a grace (`available_at` later than its creation): the relay publishes it only
@@ -18,8 +18,8 @@ statement, read from the statement's transition table.
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_direct_publish"
-down_revision = "0017_job_waits"
+revision = "0019_direct_publish"
+down_revision = "0018_fair_share"
 branch_labels = None
 depends_on = None
 
