@@ -9,11 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.db.engine import bound_engine
 from san_common.jobs import lifecycle
 from san_common.jobs.lifecycle import TryOutcome
+from san_common.jobs.registration import register_job
+from san_common.jobs.types import JobType
+from san_common.models import User
 from san_common.quotas import QuotaWait, Static, UpstreamQuotas
 from tests.admin.support import insert_jobs, new_user, operator_headers, user_headers
 
@@ -62,6 +66,10 @@ async def test_operators_see_each_budget_and_each_users_share(
     [waiting, _] = await insert_jobs(sessions, bob, 2, status="PENDING")
     await insert_jobs(sessions, bob, 1, status="PENDING", job_type="TIL_GENERATION")
     await insert_jobs(sessions, bob, 3, status="COMPLETED")  # not active: not counted
+    # registered as the API does: its message due in the outbox until the relay admits it
+    await register_job(sessions, job_type=JobType.SCRAP_REFINE, target_id=uuid.uuid4(), user_id=bob)
+    async with sessions() as session, session.begin():
+        await session.execute(update(User).where(User.id == alice).values(share_weight=2))
     refused = await _spent_quota(sessions)
     await _waits_for(sessions, waiting, refused)
 
@@ -83,13 +91,19 @@ async def test_operators_see_each_budget_and_each_users_share(
     assert set(shares) == {
         ("CARD_ANALYSIS", alice_ext),
         ("CARD_ANALYSIS", bob_ext),
+        ("SCRAP_REFINE", bob_ext),
         ("TIL_GENERATION", bob_ext),
     }
-    figures = {k: (s["running"], s["pending"], s["waiting"]) for k, s in shares.items()}
+    figures = {
+        k: (s["weight"], s["running"], s["pending"], s["waiting"], s["awaitingAdmission"])
+        for k, s in shares.items()
+    }
+    # (the jobs inserted as PENDING have no message; the waiting one's is due at the reset)
     assert figures == {
-        ("CARD_ANALYSIS", alice_ext): (2, 1, 0),
-        ("CARD_ANALYSIS", bob_ext): (1, 2, 1),
-        ("TIL_GENERATION", bob_ext): (0, 1, 0),
+        ("CARD_ANALYSIS", alice_ext): (2, 2, 1, 0, 0),
+        ("CARD_ANALYSIS", bob_ext): (1, 1, 2, 1, 0),
+        ("SCRAP_REFINE", bob_ext): (1, 0, 1, 0, 1),
+        ("TIL_GENERATION", bob_ext): (1, 0, 1, 0, 0),
     }
     assert shares[("CARD_ANALYSIS", alice_ext)]["share"] == pytest.approx(2 / 3)
     assert shares[("CARD_ANALYSIS", bob_ext)]["share"] == pytest.approx(1 / 3)

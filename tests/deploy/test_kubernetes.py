@@ -290,7 +290,7 @@ def test_keda_scales_each_worker_on_exactly_its_queues_runnable_work(
 ) -> None:
     """Each job type's queue is a trigger of the worker that consumes it (the registry's),
     and what it reads is the queue's runnable work (san_queue_runnable_jobs), not its
-    length: jobs waiting for a quota, a budget or their fair share do not add workers."""
+    length (docs/operations.md, "Scaling on runnable work")."""
     prefix = named(rendered, "ConfigMap", "san-config")["data"]["AMQP_PREFIX"]
     topology = Topology(prefix)
     scaled_objects = {

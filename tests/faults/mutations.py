@@ -91,6 +91,11 @@ USAGE_BUDGETS = "libs/common/src/san_common/usage/budgets.py"
 RUNNABLE = "services/recovery/src/san_recovery/runnable.py"
 RUNNABLE_TESTS = "tests/recovery/test_runnable.py"
 DEPTHS = "libs/common/src/san_common/broker/depths.py"
+JOBS_ENDPOINTS = "services/api/src/san_api/jobs/endpoints.py"
+WAITING_FAIR = (
+    "tests/faults/test_waiting_visible.py"
+    "::test_jobs_held_back_by_fair_share_say_so_and_still_count_as_runnable"
+)
 WAITING_VISIBLE = (
     "tests/faults/test_waiting_visible.py"
     "::test_a_job_waiting_for_the_quota_says_so_and_is_not_runnable"
@@ -1425,6 +1430,12 @@ MUTATIONS = (
         (
             f"{RUNNABLE_TESTS}::test_at_the_reset_only_as_many_waiting_jobs_as_the_quota_admits_count",
         ),
+    ),
+    Mutation(
+        "fair-share-unseen",
+        "a job its queue's fair-share window holds back says it waits for nothing",
+        (Edit(JOBS_ENDPOINTS, '    if held:\n        return "fair-share", None\n', ""),),
+        (WAITING_FAIR,),
     ),
     Mutation(
         "queue-depth-cached",

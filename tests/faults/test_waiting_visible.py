@@ -7,6 +7,7 @@ no try, and say nothing more."""
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 
@@ -128,3 +129,57 @@ async def test_a_job_waiting_for_the_quota_says_so_and_is_not_runnable(
 
 async def _all(db: async_sessionmaker[AsyncSession], job_ids: list[uuid.UUID], status: str) -> bool:
     return (await statuses(db, job_ids)) == {status: len(job_ids)}
+
+
+async def test_jobs_held_back_by_fair_share_say_so_and_still_count_as_runnable(
+    stack: FaultStack,
+    db: async_sessionmaker[AsyncSession],
+    api: httpx.AsyncClient,
+    token: Callable[[str], str],
+    amqp_url: str,
+) -> None:
+    """No worker yet: the queue's window is its minimum (5), the relay admits five of the
+    user's fifteen jobs and holds the rest in the outbox. Those ten say `fair-share`, the
+    five in the queue say nothing; all fifteen are runnable work (a worker's consumer
+    widens the window). Once a worker runs, every job completes and says nothing more."""
+    stack.start("relay", RELAY_WINDOW_MIN="5")
+    backlog = await seed(db, 15, [JobType.SCRAP_REFINE], label="held")
+    queue = Topology(stack.prefix).queue_name(JobType.SCRAP_REFINE)
+    depths = QueueDepths(amqp_url)
+    try:
+
+        async def window_full() -> bool:
+            depth = await depths.read(queue)
+            return depth is not None and depth.ready == 5
+
+        await eventually(window_full, within=30, what="the window filled", context=stack.logs)
+        headers = await owner_headers(db, backlog.job_ids[0], token)
+
+        async def said() -> list[str | None]:
+            views = [
+                (await api.get(f"/async-jobs/{j}", headers=headers)).json() for j in backlog.job_ids
+            ]
+            assert all(v["availableAt"] is None for v in views), views
+            return [v["waitingFor"] for v in views]
+
+        async def ten_held() -> bool:  # held for longer than the API's grace
+            return Counter(await said()) == {"fair-share": 10, None: 5}
+
+        await eventually(ten_held, within=10, what="ten jobs held back by fair share")
+        listed = (await api.get("/async-jobs?limit=100", headers=headers)).json()["items"]
+        assert sum(item["waitingFor"] == "fair-share" for item in listed) == 10
+        measured = await RunnableGauge(db, depths, Topology(stack.prefix)).run_once()
+    finally:
+        await depths.close()
+    [refine] = [m for m in measured if m.queue == queue]
+    assert (refine.ready, refine.due, refine.runnable, refine.waiting) == (5, 10, 15, 0)
+
+    stack.start("ai-worker")
+    await eventually(
+        lambda: _all(db, backlog.job_ids, "COMPLETED"),
+        within=120,
+        what="the backlog ran",
+        interval=0.5,
+        context=lambda: stack.logs(tail=3000),
+    )
+    assert set(await said()) == {None}

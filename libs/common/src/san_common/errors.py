@@ -62,7 +62,7 @@ class SystemWait(TransientJobError):
 
 # What a PENDING job may wait for (`async_jobs.waiting_for`, `GET /async-jobs/{id}`
 # `waitingFor`): an upstream's quota, its user's budget (both until a known time), or its
-# user's fair share of a queue (until the user's running jobs finish).
+# user's turn to be admitted into its queue (fair share: the relay holds its message).
 WAITING_FOR = ("upstream-quota", "budget", "fair-share")
 
 

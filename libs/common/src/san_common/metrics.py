@@ -64,12 +64,12 @@ QUEUE_MESSAGES = Gauge(
 QUEUE_RUNNABLE = Gauge(
     "san_queue_runnable_jobs",
     "Jobs of a queue a worker could run now: ready, due in the outbox or running; not those "
-    "waiting for an upstream quota, a budget or their user's fair share",
+    "waiting for an upstream quota's or a budget's reset",
     ["queue"],
 )
 QUEUE_WAITING = Gauge(
     "san_queue_waiting_jobs",
-    "PENDING jobs of a queue waiting for an upstream quota, a budget or their fair share",
+    "PENDING jobs of a queue waiting for an upstream quota's or a budget's reset",
     ["queue"],
 )
 

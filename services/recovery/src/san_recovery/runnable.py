@@ -14,7 +14,9 @@ ended, and its next message waits in the outbox, due at the reset (`async_jobs.w
 that quota is due at once, while the quota admits only what is left of it: the jobs beyond
 its room (its requests left, or its limit once the window ended; an unknown limit holds
 nothing back) are left out too. Running jobs count, as the broker's count of
-unacknowledged messages did: a busy worker is still needed.
+unacknowledged messages did: a busy worker is still needed. Due messages the relay holds
+back by fair share count: fair share orders who goes first, and a queue's window grows
+with its consumers, so more workers do admit them sooner.
 
 Each replica of the maintenance service measures and exports its own value; the triggers
 read their `max`. Without the broker a round measures nothing and the gauge keeps its last

@@ -492,21 +492,30 @@ async def upstream_budgets(session: AsyncSession) -> list[Budget]:
     return [Budget(*row) for row in await session.execute(_BUDGETS)]
 
 
-# Active jobs per (job type, user): running, PENDING, and of those the ones waiting for a
-# quota's or a budget's reset. The status condition is served by the status indexes.
+# Active jobs per (job type, user): running, PENDING, of those the ones waiting for a
+# quota's or a budget's reset, and the due messages still in the outbox, which the relay
+# admits into the queue by fair share (docs/architecture.md, "Fair share and priorities");
+# the user's share weight. The status condition is served by the status indexes.
 _SHARES = text(
     """
-    SELECT j.job_type, j.user_id, u.external_id,
+    WITH held AS (
+        SELECT routing_key AS job_type, user_id, count(*) AS n FROM outbox_messages
+        WHERE published_at IS NULL AND available_at <= now()
+        GROUP BY routing_key, user_id
+    )
+    SELECT j.job_type, j.user_id, u.external_id, u.share_weight,
         count(*) FILTER (WHERE j.status = 'PROCESSING') AS running,
         count(*) FILTER (WHERE j.status = 'PENDING') AS pending,
         count(*) FILTER (WHERE j.status = 'PENDING' AND j.waiting_for IS NOT NULL
             AND j.next_attempt_at > now()) AS waiting,
+        coalesce(max(h.n), 0) AS awaiting_admission,
         sum(count(*) FILTER (WHERE j.status = 'PROCESSING'))
             OVER (PARTITION BY j.job_type) AS running_of_type
     FROM async_jobs AS j
     LEFT JOIN users AS u ON u.id = j.user_id
+    LEFT JOIN held AS h ON h.job_type = j.job_type AND h.user_id = j.user_id
     WHERE j.status IN ('PENDING', 'PROCESSING')
-    GROUP BY j.job_type, j.user_id, u.external_id
+    GROUP BY j.job_type, j.user_id, u.external_id, u.share_weight
     ORDER BY j.job_type, running DESC, pending DESC, j.user_id
     LIMIT :limit
     """
@@ -518,13 +527,18 @@ class Share:
     job_type: str
     user_id: uuid.UUID
     external_id: str | None
+    weight: float | None
     running: int
     pending: int
     waiting: int
+    awaiting_admission: int
     running_of_type: int
 
 
 async def user_shares(session: AsyncSession, *, limit: int) -> list[Share]:
     """Each user's active jobs per job type, the busiest first within a type."""
     rows = await session.execute(_SHARES, {"limit": limit})
-    return [Share(t, u, e, int(r), int(p), int(w), int(rt or 0)) for t, u, e, r, p, w, rt in rows]
+    return [
+        Share(t, u, e, None if sw is None else float(sw), int(r), int(p), int(w), int(a), int(rt))
+        for t, u, e, sw, r, p, w, a, rt in rows
+    ]

@@ -41,7 +41,14 @@ class UserShare(BaseModel):
     running: int
     pending: int = Field(description="PENDING jobs, those waiting included")
     waiting: int = Field(description="of them, waiting for a quota's or a budget's reset")
+    awaitingAdmission: int = Field(
+        description="of them, due and held in the outbox until the relay admits them into "
+        "the queue by fair share"
+    )
     share: float = Field(description="the user's part of the job type's running jobs, 0–1")
+    weight: float | None = Field(
+        description="the user's share weight (`users.share_weight`); null: no such user row"
+    )
 
 
 class Scheduling(BaseModel):
@@ -86,6 +93,8 @@ async def scheduling(
                 running=s.running,
                 pending=s.pending,
                 waiting=s.waiting,
+                awaitingAdmission=s.awaiting_admission,
+                weight=s.weight,
                 share=s.running / s.running_of_type if s.running_of_type else 0.0,
             )
             for s in shares[:limit]

@@ -7,11 +7,13 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Annotated, Literal, cast
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncSession
 
 import san_common.jobs.repository as jobs
 from san_api.deps import CurrentUser, SessionDep
@@ -54,16 +56,16 @@ class JobView(BaseModel):
         default=None,
         description=(
             "Why a PENDING job is not running yet: the AI or GitHub quota is spent "
-            "(`upstream-quota`), your AI budget is spent (`budget`), or your other jobs of "
-            "its queue hold your fair share of it (`fair-share`); null when it is not waiting "
-            "for any of these. No try is spent while it waits."
+            "(`upstream-quota`), your AI budget is spent (`budget`), or its queue admits other "
+            "users' or more urgent work first and it waits for your turn (`fair-share`); null "
+            "when it is not waiting for any of these. No try is spent while it waits."
         ),
     )
     availableAt: datetime | None = Field(
         default=None,
         description=(
             "When the wait ends (the quota's or budget's reset); null for `fair-share`, which "
-            "ends when your running jobs of the queue finish"
+            "ends when your turn comes"
         ),
     )
 
@@ -99,8 +101,10 @@ async def list_jobs(
         limit=limit + 1,
     )
     more, rows = len(rows) > limit, rows[:limit]
+    held = await _held(session, user.user_id, rows)
     return JobPage(
-        items=[_view(row) for row in rows], nextCursor=_encode_cursor(rows[-1]) if more else None
+        items=[_view(row, held) for row in rows],
+        nextCursor=_encode_cursor(rows[-1]) if more else None,
     )
 
 
@@ -110,7 +114,7 @@ async def get_job(jobId: uuid.UUID, user: CurrentUser, session: SessionDep) -> J
     job = await jobs.get_for_user(session, jobId, user.user_id)
     if job is None:
         raise NotFound(f"job {jobId} not found")
-    view = _view(job)
+    view = _view(job, await _held(session, user.user_id, [job]))
     view.usage = UsageTotals.of(await ledger.of_job(session, jobId))
     return view
 
@@ -150,8 +154,14 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     return after
 
 
-def _view(job: AsyncJob) -> JobView:
-    waiting_for, available_at = waiting(job, datetime.now(UTC))
+async def _held(session: AsyncSession, user_id: uuid.UUID, jobs: list[AsyncJob]) -> set[uuid.UUID]:
+    """The PENDING jobs among `jobs` held back by their queue's fair-share window."""
+    pending = [j.job_id for j in jobs if j.status == JobStatus.PENDING.value]
+    return await repository.awaiting_admission(session, user_id, pending)
+
+
+def _view(job: AsyncJob, held: AbstractSet[uuid.UUID] = frozenset()) -> JobView:
+    waiting_for, available_at = waiting(job, datetime.now(UTC), held=job.job_id in held)
     return JobView(
         jobId=job.job_id,
         jobType=job.job_type,
@@ -171,11 +181,17 @@ def _view(job: AsyncJob) -> JobView:
     )
 
 
-def waiting(job: AsyncJob, now: datetime) -> tuple[WaitingFor | None, datetime | None]:
+def waiting(
+    job: AsyncJob, now: datetime, *, held: bool = False
+) -> tuple[WaitingFor | None, datetime | None]:
     """What a PENDING job waits for, and until when: a quota's or budget's wait lasts until
-    its `next_attempt_at` (then the job is due, and runs as soon as a worker takes it)."""
-    if job.status != JobStatus.PENDING.value or job.waiting_for is None:
+    its `next_attempt_at`; then the job is due, and `held` says whether its message waits
+    for admission into its queue (fair share: until the user's turn comes, no time known)."""
+    if job.status != JobStatus.PENDING.value:
         return None, None
-    if job.next_attempt_at is None or job.next_attempt_at <= now:
-        return None, None
-    return cast(WaitingFor, job.waiting_for), job.next_attempt_at
+    if job.waiting_for is not None and job.next_attempt_at is not None:
+        if job.next_attempt_at > now:
+            return cast(WaitingFor, job.waiting_for), job.next_attempt_at
+    if held:
+        return "fair-share", None
+    return None, None
