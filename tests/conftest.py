@@ -148,6 +148,11 @@ def api_settings(db_url: str, amqp_url: str, **overrides: object) -> ApiSettings
             "rate_limit_jobs_burst": 100_000,
             "rate_limit_github_burst": 100_000,
             "active_jobs_max_per_user": 100_000,
+            # In-process API tests share the broker and the default prefix, with no relay or
+            # worker behind them: published messages would pile up there. The direct
+            # publish has tests of its own, on a prefix of their own
+            # (tests/faults/test_publish_after_commit.py, tests/observability).
+            "api_direct_publish": False,
             **overrides,
         },
     )

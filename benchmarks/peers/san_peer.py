@@ -1,5 +1,7 @@
 """SAN through the same harness: jobs registered by SAN's own registration path (job row +
-outbox row in one transaction, as the API does), published by a real `san-relay` process,
+outbox row in one transaction, as the API does: `register_job_on_connection`, and the
+API's direct publisher publishing a user's first active job right after the commit), the
+rest published by a real `san-relay` process,
 run by SAN's `WorkerRuntime` in a worker process of its own with a no-op handler (the
 same one-row UPDATE as every peer's job; the runtime around it is the real one).
 
@@ -22,9 +24,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from benchmarks.peers.common import cli, spawn
+from san_common import deployment
+from san_common.broker.direct import DirectPublisher
+from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
-from san_common.db.engine import create_engine, create_session_factory
-from san_common.jobs.registration import register_job
+from san_common.db.engine import create_engine, create_session_factory, plain_url
+from san_common.jobs import publishing
+from san_common.jobs.registration import register_job_on_connection
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, Write
@@ -98,6 +104,9 @@ class SanPeer:
         self._sessions: async_sessionmaker[AsyncSession] | None = None
         self._user_id: uuid.UUID | None = None
         self._relay: subprocess.Popen[bytes] | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._monitor: BrokerMonitor | None = None
+        self._publisher: DirectPublisher | None = None
 
     async def prepare(self, connection: asyncpg.Connection) -> None:
         await connection.execute("TRUNCATE async_jobs, outbox_messages CASCADE")
@@ -131,11 +140,42 @@ class SanPeer:
             env=_service_env(self.database_url, self.amqp_url),
         )
 
-    async def enqueue(self, row_id: uuid.UUID) -> None:
-        assert self._sessions is not None and self._user_id is not None
-        await register_job(
-            self._sessions, job_type=JOB_TYPE, target_id=row_id, user_id=self._user_id
+    async def _start_publisher(self) -> None:
+        """The API's wiring (services/api/src/san_api/app.py): a broker connection in the
+        background, the direct publisher on it, marks on an asyncpg pool."""
+        self._pool = await asyncpg.create_pool(plain_url(self.database_url), min_size=1, max_size=4)
+        self._monitor = BrokerMonitor(self.amqp_url)
+        await self._monitor.start()
+        sessions, pool = self._sessions, self._pool
+        assert sessions is not None
+        self._publisher = DirectPublisher(
+            self._monitor,
+            Topology(PREFIX),
+            deployment_id=lambda: deployment.identity(sessions),
+            mark=lambda ids: publishing.mark_published(pool, ids),
+            grace_seconds=3.0,
+            confirm_seconds=2.0,
         )
+        self._publisher.start()
+        deadline = time.monotonic() + 30
+        while not self._publisher.ready():  # the relay declares the topology meanwhile
+            if time.monotonic() > deadline:
+                raise RuntimeError("the direct publisher did not get ready")
+            await asyncio.sleep(0.05)
+
+    async def enqueue(self, row_id: uuid.UUID) -> None:
+        assert self._user_id is not None
+        if self._publisher is None:
+            await self._start_publisher()
+        assert self._pool is not None and self._publisher is not None
+        direct = self._publisher.batch()
+        async with self._pool.acquire() as connection, connection.transaction():
+            await register_job_on_connection(
+                connection, job_type=JOB_TYPE, target_id=row_id, user_id=self._user_id,
+                direct=direct,
+            )  # fmt: skip
+        if direct is not None:
+            self._publisher.submit(direct.rows)
 
     async def settle_backlog(self, connection: asyncpg.Connection) -> None:
         """Until the relay has published all it will before a worker consumes: every row,
@@ -157,6 +197,12 @@ class SanPeer:
     async def close(self) -> None:
         from benchmarks.peers.common import stop_process
 
+        if self._publisher is not None:
+            await self._publisher.close()
+        if self._monitor is not None:
+            await self._monitor.close()
+        if self._pool is not None:
+            await self._pool.close()
         if self._relay is not None:
             stop_process(self._relay)
         if self._engine is not None:

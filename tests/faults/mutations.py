@@ -40,6 +40,12 @@ LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
 GROUP = "tests/faults/test_group_commit.py"
 LEASES_KEEPER = "libs/common/src/san_common/worker/leases.py"
+LOGS = "libs/common/src/san_common/logs.py"
+ERRORS = "libs/common/src/san_common/errors.py"
+LOG_SECRETS = (
+    "tests/observability/test_logs.py::test_a_secret_of_any_shape_is_redacted_wherever_it"
+    "_sits_in_a_json_line"
+)
 TOKEN_CACHE = "services/api/src/san_api/auth/cache.py"
 TOKENS = "services/api/src/san_api/auth/tokens.py"
 STREAM_SLOTS = "services/api/src/san_api/job_events/slots.py"
@@ -77,6 +83,9 @@ REGISTRY = "libs/common/src/san_common/jobs/registry.py"
 HANDLER = "libs/common/src/san_common/worker/handler.py"
 ADMIN_REPO = "services/api/src/san_api/admin/repository.py"
 QUOTAS = "libs/common/src/san_common/quotas.py"
+DIRECT = "libs/common/src/san_common/broker/direct.py"
+REGISTRATION = "libs/common/src/san_common/jobs/registration.py"
+PUBLISH_AFTER_COMMIT = "tests/faults/test_publish_after_commit.py"
 GITHUB_QUOTA = (
     "tests/github/test_quota.py::test_commits_past_the_announced_limit_wait_for_the_reset"
 )
@@ -1443,6 +1452,74 @@ MUTATIONS = (
         (Edit(DEPTHS, "passive=True, robust=False)", "passive=True)"),),
         (
             f"{RUNNABLE_TESTS}::test_runnable_work_is_counted_wherever_it_is_and_quota_waits_are_not",
+        ),
+    ),
+    Mutation(
+        "log-line-redacts-the-message-only",
+        "a JSON log line's fields are cleared by the message's redaction alone",
+        (Edit(LOGS, "if _redact(joined) != joined:", "if _redact(msg) != msg:"),),
+        (LOG_SECRETS,),
+    ),
+    Mutation(
+        "redact-hint-missing",
+        "a text without `=` is spared the secret patterns (bearer tokens pass)",
+        (Edit(ERRORS, '"bearer", "token", "=", "sk-")', '"=",)'),),
+        (LOG_SECRETS,),
+    ),
+    Mutation(
+        "direct-mark-before-confirm",
+        "the API marks its direct rows published before the broker confirmed them",
+        (
+            Edit(
+                DIRECT,
+                "        began = time.monotonic()\n        async with self._in_flight:\n",
+                "        began = time.monotonic()\n"
+                "        await self._mark_confirmed([row.id for row in rows])\n"
+                "        async with self._in_flight:\n",
+            ),
+        ),
+        (
+            f"{PUBLISH_AFTER_COMMIT}::"
+            "test_killed_between_commit_and_publish_the_relay_publishes_after_the_grace",
+        ),
+    ),
+    Mutation(
+        "direct-due-at-once",
+        "a direct row is due for the relay at once (no grace): both publish every job",
+        (
+            Edit(
+                REGISTRATION,
+                "now() + make_interval(secs => $10::float8)",
+                "now() + make_interval(secs => 0 * $10::float8)",
+            ),
+        ),
+        (
+            f"{PUBLISH_AFTER_COMMIT}::"
+            "test_the_api_publishes_and_marks_within_the_grace_and_the_relay_publishes_nothing",
+            f"{PUBLISH_AFTER_COMMIT}::"
+            "test_killed_between_publish_and_mark_the_duplicate_is_completed_once",
+        ),
+    ),
+    Mutation(
+        "direct-for-every-job",
+        "every job the API registers is published directly, past the relay's fair window",
+        (Edit(REGISTRATION, "    SELECT NOT EXISTS (\n", "    SELECT true OR EXISTS (\n"),),
+        (
+            f"{PUBLISH_AFTER_COMMIT}::test_a_users_second_active_job_of_a_type_goes_through_the_relay",
+        ),
+    ),
+    Mutation(
+        "stranded-ignores-direct",
+        "the stranded check counts a direct row waiting for the relay only once it is due",
+        (
+            Edit(
+                RECOVERY_REPO,
+                "and_(OutboxMessage.direct, OutboxMessage.created_at < cutoff)",
+                "false()",
+            ),
+        ),
+        (
+            f"{MAINTENANCE_TESTS}::test_jobs_whose_direct_publish_waits_for_the_relay_are_not_missing",
         ),
     ),
 )

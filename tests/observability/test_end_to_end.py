@@ -1,5 +1,7 @@
-"""Observability of a real run: API, relay and ai-worker as separate processes, one scrap
-through them, then their /metrics, their log lines and their exported traces."""
+"""Observability of a real run: API, relay and ai-worker as separate processes, scraps
+through them, then their /metrics, their log lines and their exported traces. A user's
+first scrap is published by the API itself, the next one while the first is pending by the
+relay (docs/architecture.md, "Direct publish"): both paths are observed."""
 
 from __future__ import annotations
 
@@ -43,40 +45,62 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples[key]
 
 
-def one_scrap_through(stack: Stack, subject: str) -> dict[str, Any]:
+def direct_publish_ready(stack: Stack) -> None:
+    """The API's direct publisher is ready (it connects in the background): the next
+    user's first scrap is published by the API, not by the relay."""
+    api = stack.processes[0]
+    wait_until(lambda: "direct publish ready" in api.log(), 30, "the API's direct publisher")
+
+
+def post_scraps(stack: Stack, subject: str, count: int) -> list[dict[str, Any]]:
+    headers = stack.headers(subject)
+    bodies = []
+    with stack.client() as client:
+        for n in range(count):
+            response = client.post(
+                "/scraps", json={"content": f"Observable scrap {n} of {subject}"}, headers=headers
+            )
+            assert response.status_code == 202, response.text
+            bodies.append(response.json())
+    return bodies
+
+
+def wait_completed(stack: Stack, subject: str, bodies: list[dict[str, Any]]) -> None:
     headers = stack.headers(subject)
     with stack.client() as client:
-        response = client.post(
-            "/scraps", json={"content": f"Observable scrap of {subject}"}, headers=headers
-        )
-        assert response.status_code == 202, response.text
-        body: dict[str, Any] = response.json()
-        for key in ("analysisJobId", "refineJobId"):
-            assert stack.wait_job(client, headers, body[key])["status"] == "COMPLETED", stack.logs()
-    return body
+        for body in bodies:
+            for key in ("analysisJobId", "refineJobId"):
+                job = stack.wait_job(client, headers, body[key])
+                assert job["status"] == "COMPLETED", stack.logs()
 
 
 def test_metrics_show_real_values_after_an_end_to_end_job(observed_stack: Stack) -> None:
     stack = observed_stack
     _, relay_url = start_probed(stack, "relay")
+    direct_publish_ready(stack)
+    # no worker yet: the first scrap's jobs are still PENDING when the second registers
+    bodies = post_scraps(stack, "metrics-alice", 2)
     _, worker_url = start_probed(stack, "ai-worker")
-    one_scrap_through(stack, "metrics-alice")
+    wait_completed(stack, "metrics-alice", bodies)
 
     api = scrape(stack.base_url)
-    assert value(api, "san_http_requests_total", method="POST", route="/scraps", status="202") == 1
+    assert value(api, "san_http_requests_total", method="POST", route="/scraps", status="202") == 2
     assert (
-        value(api, "san_http_request_duration_seconds_count", method="POST", route="/scraps") == 1
+        value(api, "san_http_request_duration_seconds_count", method="POST", route="/scraps") == 2
     )
     for job_type in JOB_TYPES:
-        assert value(api, "san_jobs_registered_total", job_type=job_type) == 1
+        assert value(api, "san_jobs_registered_total", job_type=job_type) == 2
+    # the first scrap's two messages by the API, the second's two by the relay
+    assert value(api, "san_outbox_direct_published_total") == 2
+    assert value(api, "san_outbox_direct_fallbacks_total") == 0
 
     worker = scrape(worker_url)
     for job_type in JOB_TYPES:
-        assert value(worker, "san_jobs_finished_total", job_type=job_type, outcome="completed") == 1
+        assert value(worker, "san_jobs_finished_total", job_type=job_type, outcome="completed") == 2
         assert value(worker, "san_jobs_finished_total", job_type=job_type, outcome="failed") == 0
-        assert value(worker, "san_job_duration_seconds_count", job_type=job_type) == 1
+        assert value(worker, "san_job_duration_seconds_count", job_type=job_type) == 2
         assert value(worker, "san_job_duration_seconds_sum", job_type=job_type) > 0
-        assert value(worker, "san_job_queue_wait_seconds_count", job_type=job_type) == 1
+        assert value(worker, "san_job_queue_wait_seconds_count", job_type=job_type) == 2
         assert value(worker, "san_job_queue_wait_seconds_sum", job_type=job_type) > 0
         assert value(worker, "san_job_retries_total", job_type=job_type) == 0
     assert value(worker, "san_messages_dead_lettered_total", reason="unreadable") == 0
@@ -115,8 +139,12 @@ def test_logs_are_json_lines_with_job_context_and_no_secrets(
 ) -> None:
     stack = observed_stack
     start_probed(stack, "relay")
+    direct_publish_ready(stack)
+    # the first scrap published by the API, the second (the first still pending: no worker
+    # yet) by the relay
+    direct, relayed = post_scraps(stack, "logs-bob", 2)
     start_probed(stack, "ai-worker")
-    body = one_scrap_through(stack, "logs-bob")
+    wait_completed(stack, "logs-bob", [direct, relayed])
     for process in reversed(stack.processes):  # a clean stop flushes logs and spans
         # uvicorn re-raises the SIGTERM it handled once it has shut down cleanly
         clean = (0, -signal.SIGTERM) if process.name == "api" else (0,)
@@ -141,19 +169,37 @@ def test_logs_are_json_lines_with_job_context_and_no_secrets(
             if line["msg"] in ("job claimed", "job completed"):
                 job_lines.append(line)
 
-    assert {line["job_id"] for line in job_lines} == {body["analysisJobId"], body["refineJobId"]}
+    jobs = {b[k]: b for b in (direct, relayed) for k in ("analysisJobId", "refineJobId")}
+    assert {line["job_id"] for line in job_lines} == set(jobs)
     for line in job_lines:
         assert {"job_id", "job_type", "message_id", "trace_id"} <= set(line), line
     # one trace per request: the worker's lines carry the trace id of the API request
-    [trace_id] = {line["trace_id"] for line in job_lines}
+    traces = {}
+    for body in (direct, relayed):
+        [traces[id(body)]] = {
+            line["trace_id"]
+            for line in job_lines
+            if line["job_id"] in (body["analysisJobId"], body["refineJobId"])
+        }
+    direct_trace, relayed_trace = traces[id(direct)], traces[id(relayed)]
+    assert direct_trace != relayed_trace
 
-    def whole_trace_exported() -> bool:
-        return {s.service for s in collector.spans if s.trace_id == trace_id} == {
+    def services(trace_id: str) -> set[str]:
+        return {s.service for s in collector.spans if s.trace_id == trace_id}
+
+    def whole_traces_exported() -> bool:
+        # the API published the first scrap's messages itself; the relay the second's
+        return services(direct_trace) == {"api", "ai-worker"} and services(relayed_trace) == {
             "api",
             "relay",
             "ai-worker",
         }
 
-    wait_until(whole_trace_exported, 10, "the spans of api, relay and ai-worker")
-    [root] = [s for s in collector.spans if s.trace_id == trace_id and not s.parent_id]
-    assert (root.service, root.name) == ("api", "POST /scraps")
+    wait_until(whole_traces_exported, 10, "the spans of api, (relay) and ai-worker")
+    for trace_id in (direct_trace, relayed_trace):
+        [root] = [s for s in collector.spans if s.trace_id == trace_id and not s.parent_id]
+        assert (root.service, root.name) == ("api", "POST /scraps")
+    assert any(
+        s.trace_id == direct_trace and s.service == "api" and s.name.startswith("publish ")
+        for s in collector.spans
+    ), "the API's publish span continues the request's trace"

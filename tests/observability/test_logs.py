@@ -123,3 +123,29 @@ def test_structured_fields_stay_structures_in_a_json_line() -> None:
     line = json.loads(logs.JsonFormatter().format(record))
     assert line["by_job_type"] == {"CARD_ANALYSIS": {"found": 2}}
     assert line["names"] == ["a", "b"]
+
+
+SHAPED = {  # one secret of each shape `errors.redact` knows, in the cases a caller writes
+    "github": ("", "ghp_a1B2c3D4e5F6g7H8"),
+    "github_pat": ("", "github_pat_11ABCDEFG0123456789_xyz"),
+    "bearer": ("BEARER ", "eyJhbGciOiJIUzI1NiJ9"),
+    "token": ("Token ", "abcdef0123456789"),
+    "query": ("https://x/y?API_KEY=", "k-0123456789"),
+    "openai": ("", "sk-proj-0123456789abcdef"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPED))
+def test_a_secret_of_any_shape_is_redacted_wherever_it_sits_in_a_json_line(shape: str) -> None:
+    """The formatter clears a whole line's texts at once; a secret in the message, a field
+    or a nested field is still caught, and the line's clean texts are left as they were."""
+    prefix, secret = SHAPED[shape]
+    for fields in ({}, {"detail": prefix + secret}, {"calls": [{"url": prefix + secret}]}):
+        msg, args = ("job completed", None) if fields else ("calling %s", (prefix + secret,))
+        record = logging.LogRecord("t", logging.INFO, __file__, 1, msg, args, None)
+        record.fields = {**fields, "outcome": "completed", "at": "2026-01-01T00:00:00+00:00"}
+        text = logs.JsonFormatter().format(record)
+        line = json.loads(text)
+        assert secret not in text and "[REDACTED]" in text, (shape, fields)
+        assert line["outcome"] == "completed" and line["at"] == "2026-01-01T00:00:00+00:00"
+        assert line["msg"] == "job completed" if fields else "calling" in str(line["msg"])

@@ -4,6 +4,7 @@ worker. See docs/architecture.md, "Deployment identity"."""
 
 from __future__ import annotations
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -20,6 +21,14 @@ async def identity(sessions: async_sessionmaker[AsyncSession]) -> str:
     """This deployment's id, as its database holds it."""
     async with sessions() as session:
         found = await session.scalar(_IDENTITY)
+    if found is None:
+        raise NoIdentity("the database has no deployment identity; run the migrations")
+    return str(found)
+
+
+async def identity_on(connection: asyncpg.Connection) -> str:
+    """The same, read on an asyncpg connection."""
+    found = await connection.fetchval(str(_IDENTITY))
     if found is None:
         raise NoIdentity("the database has no deployment identity; run the migrations")
     return str(found)

@@ -11,8 +11,8 @@ import contextvars
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -30,6 +30,12 @@ _service = "san"
 # patterns in `redact` catch tokens by shape, these catch secrets of any shape.
 _secrets: tuple[str, ...] = ()
 _SECRET_FIELD_HINTS = ("secret", "password", "token", "api_key", "encryption_key")
+# json.dumps(…, ensure_ascii=False)'s encoder, made once; a line's fields are fresh values
+# built by `_json_field`, never a cycle, so the cycle check is spared.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
+_PLAIN = frozenset({int, float, bool})
+_ts_second = -1  # the second `_ts_prefix` formats
+_ts_prefix = ""
 
 
 @contextlib.contextmanager
@@ -43,21 +49,37 @@ def log_context(**fields: Any) -> Iterator[None]:
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line. A worker writes one per job, so the line is built cheaply:
+    the timestamp's seconds are formatted once per second, one encoder serves every line,
+    and the secret patterns run once over all of a line's text (one `redact` call instead
+    of one per field); only a line that holds something to hide is redacted field by field.
+    """
+
     def format(self, record: logging.LogRecord) -> str:
+        texts: list[str] = []
+        msg = record.getMessage()
+        texts.append(msg)
         line: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "ts": _timestamp(record.created),
             "level": record.levelname.lower(),
             "service": _service,
             "logger": record.name,
-            "msg": _redact(record.getMessage()),
+            "msg": msg,
             **_bound(),
         }
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
-            line.update({k: _json_field(v) for k, v in extra.items()})
+            line.update({k: _json_field(v, texts) for k, v in extra.items()})
+        # Whatever `redact` would change in one text it changes in the texts joined (the
+        # patterns match no newline at their edges), so an unchanged join clears them all.
+        joined = "\n".join(texts)
+        if _redact(joined) != joined:
+            line["msg"] = _redact(msg)
+            if isinstance(extra, dict):
+                line.update({k: _redacted_field(v) for k, v in extra.items()})
         if record.exc_info:
             line["exc"] = _redact(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False)
+        return _ENCODER.encode(line)
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -72,16 +94,47 @@ class ConsoleFormatter(logging.Formatter):
         return text
 
 
-def _json_field(value: Any) -> Any:
-    """Numbers and booleans as they are, lists and mappings as JSON structures (their
-    strings redacted), anything else as its redacted text."""
+def _json_field(value: Any, texts: list[str]) -> Any:
+    """Numbers and booleans as they are, lists and mappings as JSON structures, anything
+    else as its text, which is added to `texts` (what the line must have redacted)."""
+    kind = type(value)
+    if kind is str:
+        texts.append(value)
+        return value
+    if kind in _PLAIN or value is None or isinstance(value, int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_field(v, texts) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_field(v, texts) for v in value]
+    text = str(value)
+    texts.append(text)
+    return text
+
+
+def _redacted_field(value: Any) -> Any:
+    """`_json_field` with every text redacted."""
     if value is None or isinstance(value, int | float | bool):
         return value
     if isinstance(value, dict):
-        return {str(k): _json_field(v) for k, v in value.items()}
+        return {str(k): _redacted_field(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_field(v) for v in value]
+        return [_redacted_field(v) for v in value]
     return _redact(str(value))
+
+
+def _timestamp(created: float) -> str:
+    """`datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")` (the same
+    half-even rounding to the microsecond), its seconds formatted once per second."""
+    global _ts_second, _ts_prefix
+    second = int(created)
+    micros = round((created - second) * 1_000_000)
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    if second != _ts_second:
+        _ts_second = second
+        _ts_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_ts_prefix}.{micros // 1000:03d}+00:00"
 
 
 def _bound() -> dict[str, Any]:
@@ -122,6 +175,8 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # No format here prints a thread or process name; a record skips looking them up.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # Their INFO lines narrate every connection; ours say what matters.
     for noisy in ("aiormq", "aio_pika", "httpx", "httpcore", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -33,6 +33,19 @@ OUTBOX_PUBLISHED = Counter("san_outbox_published_total", "Outbox messages confir
 OUTBOX_PUBLISH_FAILURES = Counter(
     "san_outbox_publish_failures_total", "Outbox messages the broker did not confirm"
 )
+# The API's direct publisher (san_common/broker/direct.py)
+OUTBOX_DIRECT_PUBLISHED = Counter(
+    "san_outbox_direct_published_total",
+    "Outbox messages the API published itself, confirmed and marked",
+)
+OUTBOX_DIRECT_FALLBACKS = Counter(
+    "san_outbox_direct_fallbacks_total",
+    "Direct publishes that failed or were not confirmed: the relay publishes them",
+)
+OUTBOX_DIRECT_UNMARKED = Counter(
+    "san_outbox_direct_unmarked_total",
+    "Direct publishes confirmed but not marked: the relay publishes them again",
+)
 OUTBOX_BACKLOG = Gauge("san_outbox_backlog", "Unpublished outbox messages")
 OUTBOX_OLDEST_AGE = Gauge(
     "san_outbox_oldest_unpublished_age_seconds", "Age of the oldest unpublished outbox message"

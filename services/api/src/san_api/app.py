@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -18,6 +18,7 @@ from san_api.admin.endpoints import router as admin_router
 from san_api.admin.scheduling import router as admin_scheduling_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
+from san_api.deps import app_connection
 from san_api.edge import (
     BodyTimeoutMiddleware,
     CapacityMiddleware,
@@ -39,10 +40,12 @@ from san_api.til.endpoints import router as til_router
 from san_api.usage.endpoints import router as usage_router
 from san_api.users.cache import ProvisionedUsers
 from san_api.users.endpoints import router as users_router
-from san_common import probes, tracing
+from san_common import deployment, probes, tracing
+from san_common.broker.direct import DirectPublisher
 from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory, plain_url
+from san_common.jobs import publishing
 from san_common.probes import Readiness
 
 # PostgreSQL connections of one API process: SQLAlchemy's pool (10, overflow 10) for every
@@ -92,6 +95,17 @@ def create_app(settings: ApiSettings) -> FastAPI:
         )
         broker = BrokerMonitor(settings.amqp_url)
         await broker.start()
+        app.state.publisher = None
+        if settings.api_direct_publish:
+            app.state.publisher = publisher = DirectPublisher(
+                broker,
+                Topology(settings.amqp_prefix),
+                deployment_id=lambda: _deployment_id(app),
+                mark=lambda ids: _mark_published(app, ids),
+                grace_seconds=settings.api_direct_grace_seconds,
+                confirm_seconds=settings.api_direct_confirm_seconds,
+            )
+            publisher.start()
         app.state.readiness = Readiness(
             required={"database": probes.database(engine)},
             reported={"broker": probes.flag(broker.is_up, "no open connection")},
@@ -99,6 +113,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         try:
             yield
         finally:
+            if app.state.publisher is not None:
+                await app.state.publisher.close()
             await broker.close()
             await app.state.job_events.aclose()
             if app.state.tokens.jwks is not None:
@@ -150,3 +166,15 @@ def create_app(settings: ApiSettings) -> FastAPI:
     if settings.docs_enabled:
         docs.install(app)
     return app
+
+
+# On the asyncpg pool, as POST /scraps' own statements: a lost connection is handled as
+# theirs is (the pool replaced), and SQLAlchemy's pool keeps no connection for it.
+async def _deployment_id(app: FastAPI) -> str:
+    async with app_connection(app) as connection:
+        return await deployment.identity_on(connection)
+
+
+async def _mark_published(app: FastAPI, ids: Sequence[int]) -> None:
+    async with app_connection(app) as connection:
+        await publishing.mark_published(connection, ids)

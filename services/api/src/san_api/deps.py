@@ -14,7 +14,7 @@ from functools import partial
 from typing import Annotated
 
 import asyncpg
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -83,8 +83,16 @@ async def pooled_connection(request: Request) -> AsyncIterator[asyncpg.Connectio
     means the connection was lost — and so, likely, were the others opened before it (a
     restart, a terminate, a partition): the pool replaces them all at their next checkout,
     so the loss costs one 503, not one per pooled connection."""
-    pool: asyncpg.Pool = request.app.state.connections
-    settings: ApiSettings = request.app.state.settings
+    async with app_connection(request.app) as connection:
+        yield connection
+
+
+@asynccontextmanager
+async def app_connection(app: FastAPI) -> AsyncIterator[asyncpg.Connection]:
+    """`pooled_connection` for the API's own background work (the direct publisher's
+    marks): the same pool, the same handling of a lost connection."""
+    pool: asyncpg.Pool = app.state.connections
+    settings: ApiSettings = app.state.settings
     # the timeout bounds the wait for a connection and its release (reset) alike
     async with pool.acquire(timeout=settings.api_database_timeout_seconds) as connection:
         try:

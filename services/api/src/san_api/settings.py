@@ -42,6 +42,26 @@ class ApiSettings(GithubAccessSettings, BudgetSettings):
         gt=0,
         description="Longest wait on PostgreSQL for a connection, a connect or a statement",
     )
+    # Direct publish of a request's jobs (docs/architecture.md, "Direct publish")
+    api_direct_publish: bool = Field(
+        default=True,
+        description="Publish a user's first active job of a type right after the commit,"
+        " the relay as the fallback (false: every message goes through the relay)",
+    )
+    api_direct_grace_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        le=60,
+        description="A directly published row is due for the relay only this long after its"
+        " commit: the relay publishes it if the API has not marked it by then",
+    )
+    api_direct_confirm_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="Longest wait for the broker's confirm of a direct publish; an"
+        " unconfirmed message is left to the relay",
+    )
     api_forwarded_allow_ips: str = Field(
         default="127.0.0.1",
         description="Proxies (IPs or CIDRs, comma-separated; * for any) whose X-Forwarded-For"

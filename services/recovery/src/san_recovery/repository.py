@@ -445,14 +445,19 @@ async def unpublished_messages(
 ) -> tuple[datetime, int]:
     """The database's clock minus `grace` (the stranded check's cutoff), and how many
     messages of these job types are due by then but still in the outbox: their jobs wait
-    for the relay, not for a lost message."""
+    for the relay, not for a lost message. A row the API publishes itself (`direct`) counts
+    from its creation, as its job waits from then: its due time is only the relay's grace
+    (docs/architecture.md, "Direct publish")."""
     cutoff = (await session.execute(select(func.now() - grace))).scalar_one()
     count = await session.scalar(
         select(func.count())
         .select_from(OutboxMessage)
         .where(
             OutboxMessage.published_at.is_(None),
-            OutboxMessage.available_at < cutoff,
+            or_(
+                OutboxMessage.available_at < cutoff,
+                and_(OutboxMessage.direct, OutboxMessage.created_at < cutoff),
+            ),
             OutboxMessage.routing_key.in_(list(job_types)),
         )
     )

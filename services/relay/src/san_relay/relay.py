@@ -6,8 +6,10 @@ A crash after the broker confirmed but before the commit leaves the rows unpubli
 they are published again: consumers are idempotent by job claim, never by luck.
 
 Only rows that are due are published (`available_at <= now()`): retries and delayed
-redeliveries are rows scheduled for later. The relay sleeps on LISTEN `san_outbox` (a
-trigger NOTIFYs on insert, delivered at commit), until the next scheduled row is due, or
+redeliveries are rows scheduled for later, and so is a row the API publishes itself,
+until its grace has passed (docs/architecture.md, "Direct publish"). The relay sleeps on
+LISTEN `san_outbox` (a trigger NOTIFYs on an insert of due rows, delivered at commit),
+until the next scheduled row is due, or
 `relay_poll_seconds` in case a notification is missed — whichever comes first. A lost
 listener connection wakes the relay, which listens again; a failed round (database or
 broker away) is retried with backoff (`ROUND_BACKOFF`) — the relay never gives up on its
@@ -26,7 +28,6 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-import aio_pika
 import asyncpg
 from aio_pika.abc import (
     AbstractChannel,
@@ -36,7 +37,7 @@ from aio_pika.abc import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
-from san_common import deployment, metrics, tracing
+from san_common import deployment, metrics
 from san_common.broker.connect import connect_robust
 from san_common.broker.depths import read_depth
 from san_common.broker.monitor import connection_is_open
@@ -44,8 +45,8 @@ from san_common.broker.ownership import hold_prefix
 from san_common.broker.topology import Topology, adopt_legacy_dead_letters, declare_topology
 from san_common.cli import describe
 from san_common.db.engine import bound_engine, plain_url
-from san_common.deployment import DEPLOYMENT_HEADER
 from san_common.errors import is_connection_loss
+from san_common.jobs.publishing import publish_row
 from san_common.outages import BROKER, DATABASE
 from san_common.retry import ROUND_BACKOFF, Retry
 from san_relay import repository
@@ -327,36 +328,9 @@ class Relay:
 
         async def publish(row: Pending) -> int:
             exchange = await self._exchange(channel, row.exchange)
-            envelope_trace = _trace_headers(row)
-            # The publish span continues the registering request's trace (the envelope's
-            # traceparent); the worker continues from this span (the message headers).
-            with tracing.span(
-                f"publish {row.routing_key}",
-                kind="producer",
-                parent=envelope_trace,
-                attributes={"messaging.message.id": str(row.message_id)},
-            ):
-                message = aio_pika.Message(
-                    row.body,
-                    content_type="application/json",
-                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                    message_id=str(row.message_id),
-                    timestamp=row.created_at,
-                    type=row.routing_key,
-                    headers={
-                        **row.headers,
-                        **envelope_trace,
-                        **tracing.current_trace_context(),
-                        DEPLOYMENT_HEADER: deployment_id,
-                    },
-                )
-                await exchange.publish(
-                    message,
-                    routing_key=row.routing_key,
-                    mandatory=True,  # unroutable comes back: the channel raises it
-                    timeout=timeout,
-                )
-            return row.id
+            return await publish_row(
+                exchange, row, deployment_id=deployment_id, confirm_seconds=timeout
+            )
 
         # All confirms in flight at once: awaiting them one by one caps the relay at one
         # broker round trip per message (benchmarks/results/platform.md).
@@ -480,8 +454,3 @@ async def _first_set(*events: asyncio.Event, within: float | None = None) -> Non
     finally:
         for waiter in waiters:
             waiter.cancel()
-
-
-def _trace_headers(row: Pending) -> dict[str, str]:
-    found = {"traceparent": row.traceparent, "tracestate": row.tracestate}
-    return {k: v for k, v in found.items() if v}

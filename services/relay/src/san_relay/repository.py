@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from san_common.jobs.publishing import Pending
 from san_common.models import OutboxMessage
 
-
-@dataclass(frozen=True)
-class Pending:
-    """An unpublished outbox row as the relay publishes it: the envelope's JSON text as
-    stored (published as it is: decoding it to re-encode it cost the relay more CPU than
-    the publish), and its trace context."""
-
-    id: int
-    message_id: uuid.UUID
-    exchange: str
-    routing_key: str
-    body: bytes
-    headers: dict[str, Any]
-    created_at: datetime
-    traceparent: str | None
-    tracestate: str | None
+__all__ = ["Batch", "Pending", "backlog", "claim_unpublished", "mark_published"]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,17 @@ class BrokerMonitor:
         self._task: asyncio.Task[None] | None = None
         self.last_error: str | None = None
         self._first_attempt = asyncio.Event()
+        self._connected = asyncio.Event()
+
+    @property
+    def connection(self) -> AbstractRobustConnection | None:
+        return self._connection
+
+    async def wait_connected(self) -> AbstractRobustConnection:
+        """The connection, once the first attempt that succeeds has made it."""
+        await self._connected.wait()
+        assert self._connection is not None
+        return self._connection
 
     async def start(self, wait_seconds: float = 3.0) -> None:
         """Connect in the background; wait a little for the first attempt, so a probe right
@@ -51,6 +62,7 @@ class BrokerMonitor:
                 with quiet_logger("aiormq.connection"):  # our warning below says it once
                     self._connection = await connect_robust(self._url, connect_timeout=5)
                 self.last_error = None
+                self._connected.set()
                 return
             except STARTUP_ERRORS as exc:
                 if self.last_error is None:  # one line per outage, not one per attempt

@@ -26,6 +26,7 @@ from san_common.jobs import registry
 from san_common.jobs.admission import Priority
 from san_common.jobs.envelope import JobMessage
 from san_common.jobs.outbox import JOBS_EXCHANGE, new_job_message
+from san_common.jobs.publishing import DirectRows, Pending
 
 __all__ = [
     "JOBS_EXCHANGE",
@@ -116,9 +117,16 @@ async def register_job_on_connection(
     user_id: uuid.UUID,
     attempt: int = 1,
     priority: Priority = Priority.INTERACTIVE,
+    direct: DirectRows | None = None,
 ) -> RegisteredJob:
     """`register_job_in_transaction` for a transaction on an asyncpg connection: the same
-    statements, the same rules, the same errors."""
+    statements, the same rules, the same errors.
+
+    With `direct` (a process that publishes after its commit: the API), the message is the
+    caller's to publish when the user has no other active job of this type: it is added to
+    `direct` and inserted due only after its grace, the relay's fallback. The user's other
+    jobs of the type wait for the relay's fair window (docs/architecture.md, "Direct
+    publish"). Decided in the registration's one statement."""
     if not connection.is_in_transaction():
         raise TransactionRequired(
             "register_job_on_connection needs an open transaction; use register_job instead"
@@ -129,7 +137,11 @@ async def register_job_on_connection(
         active = await connection.fetchval(_ACTIVE_FOR_USER, user_id, str(job_type))
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    registered = await _insert_on(connection, job_type, target_id, user_id, attempt, priority)
+    if priority is not Priority.INTERACTIVE:
+        direct = None  # batch work waits for the relay's fair window
+    registered = await _insert_on(
+        connection, job_type, target_id, user_id, attempt, priority, direct
+    )
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
 
@@ -177,6 +189,32 @@ WITH job AS (
 INSERT INTO outbox_messages (message_id, exchange, routing_key, body, headers, user_id, priority)
 SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9 FROM job
 RETURNING id
+"""
+
+# The same, for a caller that publishes after its commit: the message is the caller's
+# (`direct`, due only after the grace $10 seconds) when the user has no other active job of
+# the type (the statement's snapshot does not see the job it inserts; the index on
+# async_jobs (user_id, job_type, status) answers). A user's first active job of a type
+# skips the relay; the rest of a burst waits for the relay's fair window.
+_REGISTER_DIRECT = """
+WITH job AS (
+    INSERT INTO async_jobs (job_id, job_type, target_id, user_id, attempt)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING') DO NOTHING
+    RETURNING job_id
+), alone AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM async_jobs a
+        WHERE a.user_id = $4 AND a.job_type = $2 AND a.status IN ('PENDING', 'PROCESSING')
+    ) AS direct
+)
+INSERT INTO outbox_messages
+    (message_id, exchange, routing_key, body, headers, user_id, priority, available_at, direct)
+SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9,
+       CASE WHEN alone.direct THEN now() + make_interval(secs => $10::float8) ELSE now() END,
+       alone.direct
+FROM job CROSS JOIN alone
+RETURNING id, direct, body::text AS body, created_at
 """
 
 
@@ -237,10 +275,31 @@ async def _insert_on(
     user_id: uuid.UUID,
     attempt: int,
     priority: Priority,
+    direct: DirectRows | None = None,
 ) -> RegisteredJob:
     message = _new_message(job_type, target_id, user_id, attempt)
-    if await connection.fetchval(_REGISTER, *_register_params(message, priority)) is None:
+    params = _register_params(message, priority)
+    if direct is None:
+        if await connection.fetchval(_REGISTER, *params) is None:
+            raise DuplicateActiveJob(job_type, target_id)
+        return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
+    row = await connection.fetchrow(_REGISTER_DIRECT, *params, direct.grace_seconds)
+    if row is None:
         raise DuplicateActiveJob(job_type, target_id)
+    if row["direct"]:
+        direct.rows.append(
+            Pending(
+                id=row["id"],
+                message_id=message.message_id,
+                exchange=JOBS_EXCHANGE,
+                routing_key=str(job_type),
+                body=row["body"].encode(),  # the bytes the relay would publish
+                headers={},
+                created_at=row["created_at"],
+                traceparent=message.traceparent,
+                tracestate=message.tracestate,
+            )
+        )
     return RegisteredJob(message.job_id, job_type, target_id, message.message_id)
 
 

@@ -178,3 +178,6 @@ class OutboxMessage(Base):
         server_default=text("'00000000-0000-0000-0000-000000000000'::uuid")
     )
     priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    # The API publishes the row itself after its commit; `available_at` is then its grace
+    # (migration 0019).
+    direct: Mapped[bool] = mapped_column(server_default=text("false"))

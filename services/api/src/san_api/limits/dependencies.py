@@ -38,6 +38,8 @@ from san_api.deps import (
 from san_api.errors import BudgetExceeded, RateLimited, TooManyActiveJobs
 from san_api.limits import repository
 from san_api.settings import ApiSettings
+from san_common.broker.direct import DirectPublisher
+from san_common.jobs.publishing import DirectRows
 from san_common.usage import budgets, ledger
 
 
@@ -153,10 +155,13 @@ def job_limits(bucket: str, *, jobs: int = 1, ai_jobs: Sequence[str] = ()) -> li
 
 @dataclass(frozen=True)
 class JobRequest:
-    """A job-creating request's open transaction on the asyncpg pool, and its user."""
+    """A job-creating request's open transaction on the asyncpg pool, and its user; and
+    the rows it registers for direct publish (None: the relay publishes every one), which
+    are published once the transaction has committed."""
 
     connection: asyncpg.Connection
     user: Principal
+    direct: DirectRows | None = None
 
 
 class LimitedTransaction(JobQuota):
@@ -174,6 +179,8 @@ class LimitedTransaction(JobQuota):
     async def __call__(self, request: Request, subject: SubjectDep) -> AsyncIterator[JobRequest]:
         settings: ApiSettings = request.app.state.settings
         await self.rate_limit(request, subject, settings)
+        publisher: DirectPublisher | None = request.app.state.publisher
+        direct = publisher.batch() if publisher is not None else None
         async with transaction_on_connection(request) as connection:
             user = await user_on_connection(request, connection, subject)
             if settings.rate_limit_enabled:
@@ -181,7 +188,10 @@ class LimitedTransaction(JobQuota):
                 active = await repository.count_active_jobs_on(connection, user.user_id)
                 self.refuse_beyond_cap(active, settings)
             await self.refuse_over_budget(connection, user.user_id, settings)
-            yield JobRequest(connection, user)
+            yield JobRequest(connection, user, direct)
+        # committed (an endpoint that failed rolled back and raised out of the block)
+        if publisher is not None and direct is not None:
+            publisher.submit(direct.rows)
 
 
 def limited_transaction(bucket: str, *, jobs: int = 1, ai_jobs: Sequence[str] = ()) -> Any:

@@ -29,6 +29,7 @@ async def create_scrap(
         job_request.user.user_id,
         body.content,
         max_bytes=settings.scrap_max_bytes,
+        direct=job_request.direct,
     )
     return ScrapAccepted(
         scrapId=saved.scrap_id,

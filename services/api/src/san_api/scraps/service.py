@@ -12,6 +12,7 @@ import asyncpg
 
 from san_api.errors import ContentTooLarge, ValidationFailed
 from san_api.scraps import repository
+from san_common.jobs.publishing import DirectRows
 from san_common.jobs.registration import DuplicateActiveJob, register_job_on_connection
 from san_common.jobs.types import JobType
 
@@ -47,8 +48,15 @@ def content_hash(normalized: str) -> str:
 
 
 async def save_scrap(
-    connection: asyncpg.Connection, user_id: uuid.UUID, raw_content: str, *, max_bytes: int
+    connection: asyncpg.Connection,
+    user_id: uuid.UUID,
+    raw_content: str,
+    *,
+    max_bytes: int,
+    direct: DirectRows | None = None,
 ) -> SavedScrap:
+    """`direct`: where the jobs the caller publishes itself after its commit go (see
+    `register_job_on_connection`)."""
     content = normalize(raw_content)
     if not content:
         raise ValidationFailed("content must not be empty or only whitespace")
@@ -70,10 +78,18 @@ async def save_scrap(
     scrap_id = await repository.insert_if_absent(connection, user_id, content, digest)
     if scrap_id is not None:
         analysis = await register_job_on_connection(
-            connection, job_type=JobType.CARD_ANALYSIS, target_id=scrap_id, user_id=user_id
+            connection,
+            job_type=JobType.CARD_ANALYSIS,
+            target_id=scrap_id,
+            user_id=user_id,
+            direct=direct,
         )
         refine = await register_job_on_connection(
-            connection, job_type=JobType.SCRAP_REFINE, target_id=scrap_id, user_id=user_id
+            connection,
+            job_type=JobType.SCRAP_REFINE,
+            target_id=scrap_id,
+            user_id=user_id,
+            direct=direct,
         )
         return SavedScrap(scrap_id, analysis.job_id, refine.job_id, duplicate=False)
 
@@ -83,7 +99,11 @@ async def save_scrap(
     if not await repository.has_card(connection, existing):
         try:
             registered = await register_job_on_connection(
-                connection, job_type=JobType.CARD_ANALYSIS, target_id=existing, user_id=user_id
+                connection,
+                job_type=JobType.CARD_ANALYSIS,
+                target_id=existing,
+                user_id=user_id,
+                direct=direct,
             )
             analysis_job_id = registered.job_id
         except DuplicateActiveJob:
