@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import aio_pika
@@ -16,37 +15,22 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common.broker.depths import QueueDepths
-from san_common.broker.topology import Topology, declare_topology
+from san_common.broker.topology import Topology
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, OutboxMessage
 from san_recovery import outbox_cleanup
 from san_recovery.stranded import NOTE, StrandedCheck
-from tests.relay.conftest import make_relay, register_many, unpublished
+from tests.relay.conftest import publish_all, register_many, unpublished
 
 pytestmark = [pytest.mark.rabbit, pytest.mark.timeout(60)]
 
 GRACE = timedelta(seconds=1)
 
 
-@pytest.fixture
-async def depths(amqp_url: str) -> AsyncIterator[QueueDepths]:
-    reader = QueueDepths(amqp_url)
-    yield reader
-    await reader.close()
-
-
 async def _publish_all(
     db_url: str, amqp_url: str, topology: Topology, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    relay = make_relay(db_url, amqp_url, topology, sessions)
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-        await declare_topology(channel, topology)
-        while await relay.publish_once(channel):
-            pass
-    finally:
-        await connection.close()
+    await publish_all(db_url, amqp_url, topology, sessions)
     assert await unpublished(sessions) == 0
 
 

@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import aio_pika
 import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from san_common.broker.depths import QueueDepths
-from san_common.broker.topology import Topology, declare_topology
+from san_common.broker.topology import Topology
 from san_common.db.engine import bound_engine
 from san_common.jobs import lifecycle
 from san_common.jobs.lifecycle import TryOutcome
 from san_common.jobs.types import JobType
 from san_common.quotas import QuotaWait, Static, UpstreamQuotas
 from san_recovery.runnable import Runnable, RunnableGauge
-from tests.relay.conftest import drain_queue, make_relay, register_many
+from tests.relay.conftest import drain_queue, publish_all, register_many
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.rabbit, pytest.mark.timeout(60)]
@@ -32,32 +30,11 @@ KEY = "ai http://fake/v1 model"
 LEASE = timedelta(seconds=30)
 
 
-@pytest.fixture
-async def depths(amqp_url: str) -> AsyncIterator[QueueDepths]:
-    reader = QueueDepths(amqp_url)
-    yield reader
-    await reader.close()
-
-
 async def measured(gauge: RunnableGauge, queue: str) -> Runnable:
     [one] = [m for m in await gauge.run_once() if m.queue == queue]
     exported = REGISTRY.get_sample_value("san_queue_runnable_jobs", {"queue": queue})
     assert exported == one.runnable
     return one
-
-
-async def publish_all(
-    db_url: str, amqp_url: str, topology: Topology, sessions: async_sessionmaker[AsyncSession]
-) -> None:
-    relay = make_relay(db_url, amqp_url, topology, sessions)
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-        await declare_topology(channel, topology)
-        while await relay.publish_once(channel):
-            pass
-    finally:
-        await connection.close()
 
 
 async def claim(sessions: async_sessionmaker[AsyncSession], job_ids: set[uuid.UUID]) -> None:

@@ -10,7 +10,7 @@ from aio_pika.abc import AbstractChannel
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from san_common.broker.topology import Topology
+from san_common.broker.topology import Topology, declare_topology
 from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job_in_transaction
 from san_common.jobs.types import JobType
@@ -49,6 +49,22 @@ def make_relay(
     **kw: object,
 ) -> Relay:
     return Relay(relay_settings(db_url, amqp_url, topology, **kw), sessions, topology)
+
+
+async def publish_all(
+    db_url: str, amqp_url: str, topology: Topology, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Publish every due outbox row, one relay round after another, until a round finds
+    none."""
+    relay = make_relay(db_url, amqp_url, topology, sessions)
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        await declare_topology(channel, topology)
+        while await relay.publish_once(channel):
+            pass
+    finally:
+        await connection.close()
 
 
 async def register_many(
