@@ -1,6 +1,6 @@
 """SAN through the same harness: jobs registered by SAN's own registration path (job row +
-outbox row in one transaction, as the API does: `register_job_on_connection`, and the
-API's direct publisher publishing a user's first active job right after the commit), the
+outbox row in one statement: `register_job`, and the API's direct publisher publishing a
+user's first active job right after the commit), the
 rest published by a real `san-relay` process,
 run by SAN's `WorkerRuntime` in a worker process of its own with a no-op handler (the
 same one-row UPDATE as every peer's job; the runtime around it is the real one).
@@ -30,7 +30,7 @@ from san_common.broker.monitor import BrokerMonitor
 from san_common.broker.topology import Topology
 from san_common.db.engine import create_engine, create_session_factory, plain_url
 from san_common.jobs import publishing
-from san_common.jobs.registration import register_job_on_connection
+from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob
 from san_common.worker import JobHandler, Write
@@ -76,6 +76,7 @@ def _service_env(database_url: str, amqp_url: str) -> dict[str, str]:
         # The relay's window per consumer follows the prefetch, as docs/operations.md says
         # to set it (fair share: docs/architecture.md, "Fair share and priorities").
         "RELAY_WINDOW_PER_CONSUMER": prefetch,
+        **dict(kv.split("=", 1) for kv in os.environ.get("BENCH_SAN_ENV", "").split() if kv),
     }
 
 
@@ -164,16 +165,17 @@ class SanPeer:
             await asyncio.sleep(0.05)
 
     async def enqueue(self, row_id: uuid.UUID) -> None:
-        assert self._user_id is not None
+        assert self._sessions is not None and self._user_id is not None
         if self._publisher is None:
             await self._start_publisher()
-        assert self._pool is not None and self._publisher is not None
+        assert self._publisher is not None
         direct = self._publisher.batch()
-        async with self._pool.acquire() as connection, connection.transaction():
-            await register_job_on_connection(
-                connection, job_type=JOB_TYPE, target_id=row_id, user_id=self._user_id,
-                direct=direct,
-            )  # fmt: skip
+        # one statement in autocommit, as every peer enqueues (the API's own registrations
+        # join the request's transaction instead: benchmarks/bare_api.py measures those)
+        await register_job(
+            self._sessions, job_type=JOB_TYPE, target_id=row_id, user_id=self._user_id,
+            direct=direct,
+        )  # fmt: skip
         if direct is not None:
             self._publisher.submit(direct.rows)
 

@@ -35,6 +35,7 @@ STORE = "libs/common/src/san_common/worker/store.py"
 EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
+RELAY_WINDOW = "services/relay/src/san_relay/window.py"
 COMPAT = "libs/common/src/san_common/compat.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
@@ -1324,6 +1325,22 @@ MUTATIONS = (
             ),
         ),
         (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
+    ),
+    Mutation(
+        "window-never-ages",
+        "what the consumers took stays in the window after its seconds: a busy spell's "
+        "window lets the next backlog into the queue whole",
+        (
+            Edit(
+                RELAY_WINDOW,
+                "        while self.taken and now - self.taken[0][0] > horizon:",
+                "        while False:",
+            ),
+        ),
+        (
+            "tests/relay/test_window.py::"
+            "test_the_window_holds_what_the_consumers_took_within_its_seconds",
+        ),
     ),
     Mutation(
         "fairness-fifo",

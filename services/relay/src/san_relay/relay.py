@@ -97,6 +97,7 @@ class Relay:
                 topology,
                 least=settings.relay_window_min,
                 per_consumer=settings.relay_window_per_consumer,
+                seconds=settings.relay_window_seconds,
                 poll_seconds=settings.relay_window_poll_seconds,
             )
             if settings.relay_fair_share

@@ -51,7 +51,17 @@ class RelaySettings(ServiceSettings):
         le=100_000,
         description=(
             "Messages ready in a job queue per consumer of it (the workers' WORKER_PREFETCH); "
-            "the window is the larger of this × consumers and RELAY_WINDOW_MIN"
+            "the window is the largest of this × consumers, RELAY_WINDOW_MIN and the "
+            "throughput term (RELAY_WINDOW_SECONDS)"
+        ),
+    )
+    relay_window_seconds: float = Field(
+        default=0.2,
+        ge=0,
+        le=60,
+        description=(
+            "The window holds at least what a job queue's consumers took in this many "
+            "seconds: about how long a message waits behind others' (0: no such term)"
         ),
     )
     relay_window_poll_seconds: float = Field(

@@ -2,9 +2,13 @@
 
 A message published into a queue waits behind every message ready in it, whoever they
 belong to. So the relay keeps each job queue's ready messages under a window
-W = max(`RELAY_WINDOW_MIN`, consumers × `RELAY_WINDOW_PER_CONSUMER`) and leaves the rest
-due in the outbox, where the fair claim orders it (interactive first, then round-robin by
-user; docs/architecture.md, "Fair share and priorities").
+W = max(`RELAY_WINDOW_MIN`, consumers × `RELAY_WINDOW_PER_CONSUMER`, what the consumers
+took in the last `RELAY_WINDOW_SECONDS`) and leaves the rest due in the outbox, where the
+fair claim orders it (interactive first, then round-robin by user; docs/architecture.md,
+"Fair share and priorities"). The last term sizes the window by throughput: a message
+waits behind about that many seconds of work whatever the jobs cost, and fast consumers
+are never starved between two refills (the same few messages per consumer would hold a
+drain of millisecond jobs to the relay's polling).
 
 The ready count and the consumers come from a passive declare. Between two reads the
 relay counts what it has admitted since (and what its rounds are publishing) on top of
@@ -17,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
@@ -38,17 +42,37 @@ class QueueWindow:
     read_at: float = float("-inf")  # monotonic
     admitted: int = 0  # confirmed by the broker since the read
     in_flight: int = 0  # being published by a round
+    # (monotonic, messages the consumers took since the read before): the throughput term
+    taken: deque[tuple[float, int]] = field(default_factory=deque)
+    recent: int = 0  # the sum of `taken`
 
     def size(self, least: int, per_consumer: int) -> int:
-        return max(least, self.consumers * per_consumer)
+        return max(least, self.consumers * per_consumer, self.recent)
+
+    def note_taken(self, now: float, count: int, horizon: float) -> None:
+        """The consumers took `count` since the last read: at most what was counted ready
+        (the last read plus what was admitted since) less what is ready now. Other relays'
+        admissions make it look smaller, never larger: a window too small, not too big."""
+        if count > 0 and horizon > 0:
+            self.taken.append((now, count))
+            self.recent += count
+        while self.taken and now - self.taken[0][0] > horizon:
+            self.recent -= self.taken.popleft()[1]
 
 
 class Windows:
     def __init__(
-        self, topology: Topology, *, least: int, per_consumer: int, poll_seconds: float
+        self,
+        topology: Topology,
+        *,
+        least: int,
+        per_consumer: int,
+        seconds: float,
+        poll_seconds: float,
     ) -> None:
         self._least = least
         self._per_consumer = per_consumer
+        self._seconds = seconds
         self._poll = poll_seconds
         names = sorted({topology.queue_name(t) for t in registry.job_types()})
         self._queues = {name: QueueWindow(name) for name in names}
@@ -69,8 +93,12 @@ class Windows:
     def queue_of(self, routing_key: str) -> str | None:
         return self._queue_of.get(routing_key)
 
+    def size(self, queue: QueueWindow) -> int:
+        queue.note_taken(time.monotonic(), 0, self._seconds)  # what aged out of the horizon
+        return queue.size(self._least, self._per_consumer)
+
     def room(self, queue: QueueWindow) -> int:
-        size = queue.size(self._least, self._per_consumer)
+        size = self.size(queue)
         return max(0, size - queue.ready - queue.admitted - queue.in_flight)
 
     @property
@@ -87,7 +115,7 @@ class Windows:
         if 0 in self._held:
             return True
         return any(
-            self.room(q) * 2 >= q.size(self._least, self._per_consumer)
+            self.room(q) * 2 >= self.size(q)
             for q in self._queues.values()
             if self._number[q.name] in self._held
         )
@@ -118,8 +146,12 @@ class Windows:
             queue = self._queues[name]
             async with asyncio.timeout(READ_TIMEOUT_SECONDS):
                 depth = await read_depth(self._channel, name)
+            now = time.monotonic()
+            if queue.read_at > float("-inf"):
+                taken = queue.ready + queue.admitted - depth.ready
+                queue.note_taken(now, taken, self._seconds)
             queue.ready, queue.consumers = depth.ready, depth.consumers
-            queue.read_at = time.monotonic()
+            queue.read_at = now
             queue.admitted = 0
 
     def reserve(self, routing_keys: Iterable[str]) -> Counter[str]:
@@ -137,6 +169,6 @@ class Windows:
     def state(self) -> dict[str, tuple[int, int]]:
         """Per queue: (window, estimated ready): the metrics' view."""
         return {
-            name: (q.size(self._least, self._per_consumer), q.ready + q.admitted + q.in_flight)
+            name: (self.size(q), q.ready + q.admitted + q.in_flight)
             for name, q in self._queues.items()
         }

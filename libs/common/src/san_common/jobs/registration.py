@@ -154,8 +154,11 @@ async def register_job(
     user_id: uuid.UUID,
     attempt: int = 1,
     priority: Priority = Priority.INTERACTIVE,
+    direct: DirectRows | None = None,
 ) -> RegisteredJob:
-    """Register a job in a transaction of its own and commit it."""
+    """Register a job in a transaction of its own and commit it. With `direct`, as
+    `register_job_on_connection`: the caller publishes a user's first active job of the
+    type itself, after this returns (the commit)."""
     if registry.spec_for(job_type).user_lock is not None:  # lock, check, insert: together
         async with session_factory() as session, session.begin():
             return await register_job_in_transaction(
@@ -169,8 +172,12 @@ async def register_job(
     # One statement is the whole registration: atomic without a transaction around it, so
     # it runs on the pooled connection's asyncpg driver in autocommit, without SQLAlchemy's
     # execution path (a third of the registration's CPU, docs/performance.md).
+    if priority is not Priority.INTERACTIVE:
+        direct = None  # batch work waits for the relay's fair window
     async with driver_connection(bound_engine(session_factory)) as connection:
-        registered = await _insert_on(connection, job_type, target_id, user_id, attempt, priority)
+        registered = await _insert_on(
+            connection, job_type, target_id, user_id, attempt, priority, direct
+        )
     metrics.JOBS_REGISTERED.labels(str(job_type)).inc()
     return registered
 
