@@ -36,6 +36,8 @@ EXECUTOR = "libs/common/src/san_common/worker/executor.py"
 TOPOLOGY = "libs/common/src/san_common/broker/topology.py"
 RELAY = "services/relay/src/san_relay/relay.py"
 RELAY_WINDOW = "services/relay/src/san_relay/window.py"
+RELAY_REPO = "services/relay/src/san_relay/repository.py"
+BULK_LANE = "tests/relay/test_bulk_lane.py"
 COMPAT = "libs/common/src/san_common/compat.py"
 LEASES = "tests/faults/test_leases.py"
 GUARDS = "tests/faults/test_guards.py"
@@ -1322,6 +1324,79 @@ MUTATIONS = (
                 RELAY,
                 "            if settings.relay_fair_share\n            else None",
                 "            if False\n            else None",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
+    ),
+    Mutation(
+        "bulk-lane-shared",
+        "the relay gives a job queue's bulk lane to another user while it holds the first "
+        "one's messages: the second user's backlog waits behind the first's",
+        (
+            Edit(
+                RELAY,
+                "            if await self._windows.ready_in(self._broker(), lane) > 0:",
+                "            if False:",
+            ),
+        ),
+        (f"{BULK_LANE}::test_the_lane_is_not_given_to_another_user_while_it_holds_the_first_ones",),
+    ),
+    Mutation(
+        "bulk-for-several-users",
+        "a batch of one user's rows goes into the bulk lane though other users have work "
+        "due: theirs then waits behind it",
+        (
+            Edit(RELAY_REPO, "AND o.user_id < b.u AND", "AND false AND"),
+            Edit(RELAY_REPO, "AND o.user_id > b.u AND", "AND false AND"),
+        ),
+        (f"{BULK_LANE}::test_with_two_users_due_the_backlog_waits_for_the_fair_claim",),
+    ),
+    Mutation(
+        "bulk-mixes-classes",
+        "a user's batch work goes into the bulk lane while their interactive work is due: "
+        "the interactive work waits behind it",
+        (
+            Edit(
+                RELAY_REPO,
+                "                  AND o.user_id = b.u AND o.priority <> b.p AND",
+                "                  AND false AND",
+            ),
+        ),
+        (f"{BULK_LANE}::test_a_users_interactive_work_is_not_put_behind_their_own_batch_work",),
+    ),
+    Mutation(
+        "stranded-ignores-bulk-lane",
+        "the stranded-message check reads only the job queue, not its bulk lane: a backlog "
+        "waiting in the lane is re-published",
+        (
+            Edit(
+                STRANDED,
+                "            ready = depth.ready + (lane.ready if lane else 0)",
+                "            ready = depth.ready",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_users_backlog_waits_in_the_bulk_lane_and_is_not_stranded",),
+    ),
+    Mutation(
+        "runnable-ignores-bulk-lane",
+        "the scaling signal leaves out the messages ready in a bulk lane",
+        (
+            Edit(
+                RUNNABLE,
+                "+ (lane.ready if lane else 0)",
+                "+ 0",
+            ),
+        ),
+        (f"{FAIR_SHARE}::test_one_users_backlog_waits_in_the_bulk_lane_and_is_not_stranded",),
+    ),
+    Mutation(
+        "worker-ignores-bulk-lane",
+        "workers consume the job queues only: a backlog in a bulk lane never runs",
+        (
+            Edit(
+                CONSUMER,
+                "            for queue in (queues[job_type], bulk):",
+                "            for queue in (queues[job_type],):",
             ),
         ),
         (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),

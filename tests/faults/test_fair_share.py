@@ -41,6 +41,7 @@ from san_common.jobs.types import JobType
 from san_common.models import Scrap, User
 from san_common.models.base import EMBEDDING_DIMENSIONS
 from san_common.til import start_til_generation
+from san_recovery.runnable import RunnableGauge
 from san_recovery.stranded import StrandedCheck
 from tests.faults.gated_ai import GatedAi
 from tests.faults.harness import FaultStack, try_rows
@@ -333,13 +334,15 @@ async def test_messages_held_back_by_the_window_are_not_stranded(
     stack: FaultStack, db: async_sessionmaker[AsyncSession]
 ) -> None:
     """No consumer: the window is its minimum, the rest of the backlog stays in the outbox,
-    due and unpublished. The stranded-message check counts those as on their way: two
-    checks with no grace re-publish nothing."""
-    stack.start("relay", RELAY_WINDOW_MIN="20")
+    due and unpublished — a backlog of two users, due when the relay starts (one user's
+    alone would go into the queue's bulk lane: the next test). The stranded-message check
+    counts those as on their way: two checks with no grace re-publish nothing."""
     topology = Topology(stack.prefix)
     queue = topology.queue_name(JobType.CARD_ANALYSIS)
     depths = QueueDepths(stack.amqp_url)
-    backlog = await _scrap_jobs(db, 100, "held")
+    backlog = await _scrap_jobs(db, 90, "held")
+    await _scrap_jobs(db, 10, "other")
+    stack.start("relay", RELAY_WINDOW_MIN="20")
 
     async def window_full() -> bool:
         depth = await depths.read(queue)
@@ -353,7 +356,7 @@ async def test_messages_held_back_by_the_window_are_not_stranded(
     depth = await depths.read(queue)
     assert depth is not None and depth.ready == 20 and unpublished == 80, (depth, unpublished)
     async with db() as session:
-        owner = await session.scalar(text("SELECT id FROM users"))
+        owner = await session.scalar(text("SELECT id FROM users WHERE external_id LIKE 'held-%'"))
         assert owner is not None
         assert await awaiting_admission(session, backlog[-1], owner) is Priority.INTERACTIVE
         assert await awaiting_admission(session, backlog[0], owner) is None  # admitted
@@ -362,3 +365,36 @@ async def test_messages_held_back_by_the_window_are_not_stranded(
     assert await check.run_once() == 0
     depth = await depths.read(queue)
     assert depth is not None and depth.ready == 20
+
+
+async def test_one_users_backlog_waits_in_the_bulk_lane_and_is_not_stranded(
+    stack: FaultStack, db: async_sessionmaker[AsyncSession]
+) -> None:
+    """No consumer, one user's backlog: nobody else's work could wait behind it, so the
+    relay publishes all of it into the queue's bulk lane instead of holding it. The
+    stranded-message check and the scaling signal count the lane's messages as the jobs'
+    messages: two checks with no grace re-publish nothing, and all are runnable."""
+    stack.start("relay", RELAY_WINDOW_MIN="20")
+    topology = Topology(stack.prefix)
+    queue = topology.queue_name(JobType.CARD_ANALYSIS)
+    lane = topology.bulk_queue_name(JobType.CARD_ANALYSIS)
+    depths = QueueDepths(stack.amqp_url)
+    try:
+        await _scrap_jobs(db, 100, "bulk")
+
+        async def in_the_lane() -> bool:
+            depth = await depths.read(lane)
+            return depth is not None and depth.ready == 100
+
+        await eventually(in_the_lane, within=30, what="the backlog in the lane", context=stack.logs)
+        check = StrandedCheck(db, depths, topology, grace=timedelta(0))
+        assert await check.run_once() == 0
+        assert await check.run_once() == 0
+        [measured] = [
+            m for m in await RunnableGauge(db, depths, topology).run_once() if m.queue == queue
+        ]
+        depth = await depths.read(lane)
+    finally:
+        await depths.close()
+    assert depth is not None and depth.ready == 100
+    assert (measured.ready, measured.due, measured.runnable) == (100, 0, 100)

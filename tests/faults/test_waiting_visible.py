@@ -138,12 +138,16 @@ async def test_jobs_held_back_by_fair_share_say_so_and_still_count_as_runnable(
     token: Callable[[str], str],
     amqp_url: str,
 ) -> None:
-    """No worker yet: the queue's window is its minimum (5), the relay admits five of the
-    user's fifteen jobs and holds the rest in the outbox. Those ten say `fair-share`, the
-    five in the queue say nothing; all fifteen are runnable work (a worker's consumer
-    widens the window). Once a worker runs, every job completes and says nothing more."""
-    stack.start("relay", RELAY_WINDOW_MIN="5")
+    """No worker yet: the queue's window is its minimum (5). Two users have fifteen jobs
+    each due when the relay starts (one user's backlog alone would go into the queue's bulk
+    lane, held back from nobody), so the relay admits five, round-robin — three of the
+    first user's, the earlier — and holds the rest in the outbox. The first user's twelve
+    held say `fair-share`, the three in the queue say nothing; all thirty are runnable
+    work (a worker's consumer widens the window). Once a worker runs, every job completes
+    and says nothing more."""
     backlog = await seed(db, 15, [JobType.SCRAP_REFINE], label="held")
+    other = await seed(db, 15, [JobType.SCRAP_REFINE], label="held-too")
+    stack.start("relay", RELAY_WINDOW_MIN="5")
     queue = Topology(stack.prefix).queue_name(JobType.SCRAP_REFINE)
     depths = QueueDepths(amqp_url)
     try:
@@ -162,21 +166,21 @@ async def test_jobs_held_back_by_fair_share_say_so_and_still_count_as_runnable(
             assert all(v["availableAt"] is None for v in views), views
             return [v["waitingFor"] for v in views]
 
-        async def ten_held() -> bool:  # held for longer than the API's grace
-            return Counter(await said()) == {"fair-share": 10, None: 5}
+        async def twelve_held() -> bool:  # held for longer than the API's grace
+            return Counter(await said()) == {"fair-share": 12, None: 3}
 
-        await eventually(ten_held, within=10, what="ten jobs held back by fair share")
+        await eventually(twelve_held, within=10, what="twelve jobs held back by fair share")
         listed = (await api.get("/async-jobs?limit=100", headers=headers)).json()["items"]
-        assert sum(item["waitingFor"] == "fair-share" for item in listed) == 10
+        assert sum(item["waitingFor"] == "fair-share" for item in listed) == 12
         measured = await RunnableGauge(db, depths, Topology(stack.prefix)).run_once()
     finally:
         await depths.close()
     [refine] = [m for m in measured if m.queue == queue]
-    assert (refine.ready, refine.due, refine.runnable, refine.waiting) == (5, 10, 15, 0)
+    assert (refine.ready, refine.due, refine.runnable, refine.waiting) == (5, 25, 30, 0)
 
     stack.start("ai-worker")
     await eventually(
-        lambda: _all(db, backlog.job_ids, "COMPLETED"),
+        lambda: _all(db, backlog.job_ids + other.job_ids, "COMPLETED"),
         within=120,
         what="the backlog ran",
         interval=0.5,

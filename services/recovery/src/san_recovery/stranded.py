@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics
 from san_common.broker.depths import QueueDepths
-from san_common.broker.topology import Topology
+from san_common.broker.topology import Topology, bulk_lane_of
 from san_common.jobs import outbox, registry
 from san_common.jobs.admission import Priority
 from san_common.outages import BROKER
@@ -115,13 +115,16 @@ class StrandedCheck:
             )
             try:
                 depth = await self._depths.read(queue)
+                # a job's message may wait in the queue's bulk lane as well (topology.py)
+                lane = await self._depths.read(bulk_lane_of(queue))
             except Exception as exc:
                 raise _BrokerUnavailable(exc) from exc
             if depth is None:
                 self._suspects.pop(queue, None)
                 return None
+            ready = depth.ready + (lane.ready if lane else 0)
             waiting = await repository.count_waiting(session, job_types, cutoff)
-            missing = waiting - depth.ready - unpublished
+            missing = waiting - ready - unpublished
             suspects = (
                 await repository.longest_waiting(session, job_types, cutoff, missing)
                 if missing > 0
@@ -133,7 +136,7 @@ class StrandedCheck:
             jobs = await repository.mark_republished(session, confirmed, NOTE)
             for job in jobs:
                 await outbox.add_job_message(session, job, priority=Priority.BATCH)
-        result = QueueCheck(queue, unpublished, depth.ready, waiting, len(suspects), len(jobs))
+        result = QueueCheck(queue, unpublished, ready, waiting, len(suspects), len(jobs))
         if jobs:
             for job in jobs:
                 metrics.STRANDED_REPUBLISHED.labels(job.job_type).inc()
@@ -144,7 +147,7 @@ class StrandedCheck:
                         "queue": queue,
                         "republished": len(jobs),
                         "waiting": waiting,
-                        "ready": depth.ready,
+                        "ready": ready,
                         "unpublished": unpublished,
                         "consumers": depth.consumers,
                         "job_ids": [str(j.job_id) for j in jobs[:20]],

@@ -26,6 +26,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import asyncpg
@@ -42,7 +43,12 @@ from san_common.broker.connect import connect_robust
 from san_common.broker.depths import read_depth
 from san_common.broker.monitor import connection_is_open
 from san_common.broker.ownership import hold_prefix
-from san_common.broker.topology import Topology, adopt_legacy_dead_letters, declare_topology
+from san_common.broker.topology import (
+    Topology,
+    adopt_legacy_dead_letters,
+    bulk_routing_key,
+    declare_topology,
+)
 from san_common.cli import describe
 from san_common.db.engine import bound_engine, plain_url
 from san_common.errors import is_connection_loss
@@ -104,6 +110,7 @@ class Relay:
             else None
         )
         self._admitting = asyncio.Lock()  # one round at a time measures the windows
+        self._lanes_ready = False  # the bulk lanes' rows exist (made by the first use)
         # rows were added (a NOTIFY) or fell due since the last claim: worth a claim even
         # while the windows are full (they may be for another queue)
         self._news = True
@@ -226,8 +233,8 @@ class Relay:
             rows = batch.rows
             if not rows:
                 return 0
-            if self._windows is None:
-                confirmed, first_error = await self._publish(channel, rows)
+            if self._windows is None or batch.bulk_queue is not None:
+                confirmed, first_error = await self._publish(channel, rows, bulk=batch.bulk_queue)
             else:
                 taken = self._windows.reserve(r.routing_key for r in rows)
                 confirmed = []
@@ -280,6 +287,8 @@ class Relay:
                     over = windows.fits(r.routing_key for r in batch.rows)
                 if not over:
                     return batch
+                if (bulk := await self._into_bulk(connection, batch)) is not None:
+                    return bulk
                 # The plain batch's rows stay locked until the commit; the fair claim
                 # re-takes those it chooses (a transaction's own locks are not skipped).
             # Only queues with messages in them can have more room than counted.
@@ -301,6 +310,41 @@ class Relay:
             windows.hold(batch.held)
             return batch
 
+    async def _into_bulk(self, connection: AsyncConnection, batch: Batch) -> Batch | None:
+        """`batch` bound for its queue's bulk lane, when it may go there; else None.
+
+        A batch that overfills its window is one user's backlog more often than not (a
+        burst of scraps, a drain after an outage). Nobody else's work waits behind it if
+        it goes into the bulk lane: the workers consume the lane beside the queue, with
+        slots of its own. So it may, when the batch is one user's, of one class and one
+        queue, nobody else has work due for the queue, and the lane holds no one else's
+        messages: its owner (a row every relay locks for this) is the user, or it is read
+        empty now. Otherwise the backlog waits in the outbox for the fair claim as before.
+        The backlog then costs no admission rounds, which a drain of millisecond jobs
+        felt (docs/architecture.md, "Fair share and priorities")."""
+        assert self._windows is not None
+        queues = {self._windows.queue_of(r.routing_key) for r in batch.rows}
+        if len(queues) != 1 or None in queues:
+            return None
+        queue = queues.pop()
+        assert queue is not None
+        if not self._lanes_ready:  # committed at once: the other rounds must see the rows
+            async with self._engine.begin() as own:
+                await repository.ensure_lanes(own, self._windows.names())
+            self._lanes_ready = True
+        keys = self._windows.keys_of(queue)
+        sole = await repository.sole_user(
+            connection, [r.id for r in batch.rows], keys=keys, queue=queue
+        )
+        if sole is None:
+            return None
+        if sole.lane_owner != sole.user_id:
+            lane = self._topology.bulk_queue_name(keys[0])
+            if await self._windows.ready_in(self._broker(), lane) > 0:
+                return None
+            await repository.take_lane(connection, queue, sole.user_id)
+        return replace(batch, bulk_queue=queue)
+
     def _broker(self) -> AbstractConnection:
         if self._connection is None:
             raise RoundFailed("no broker connection to measure the queues with")
@@ -318,7 +362,7 @@ class Relay:
         )
 
     async def _publish(
-        self, channel: AbstractChannel, rows: Sequence[Pending]
+        self, channel: AbstractChannel, rows: Sequence[Pending], *, bulk: str | None = None
     ) -> tuple[list[int], str | None]:
         """The ids the broker confirmed, and the first failure's description (the round's
         one warning names it; a line per message would flood the log in an outage)."""
@@ -330,7 +374,11 @@ class Relay:
         async def publish(row: Pending) -> int:
             exchange = await self._exchange(channel, row.exchange)
             return await publish_row(
-                exchange, row, deployment_id=deployment_id, confirm_seconds=timeout
+                exchange,
+                row,
+                deployment_id=deployment_id,
+                confirm_seconds=timeout,
+                routing_key=None if bulk is None else bulk_routing_key(row.routing_key),
             )
 
         # All confirms in flight at once: awaiting them one by one caps the relay at one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from san_common.jobs.publishing import Pending
 from san_common.models import OutboxMessage
 
-__all__ = ["Batch", "Pending", "backlog", "claim_unpublished", "mark_published"]
+__all__ = [
+    "Batch",
+    "Pending",
+    "SoleUser",
+    "backlog",
+    "claim_unpublished",
+    "ensure_lanes",
+    "mark_published",
+    "sole_user",
+    "take_lane",
+]
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,8 @@ class Batch:
     next_due_seconds: float | None
     # the queue numbers the fair claim left due rows behind for (their windows were full)
     held: frozenset[int] = frozenset()
+    # the job queue whose bulk lane the rows go to (one user's, nobody else due), if any
+    bulk_queue: str | None = None
 
 
 # One statement a round: the batch, and when to wake up next (a separate query for the
@@ -84,6 +97,67 @@ def _batch(rows: Sequence[Any]) -> Batch:
         None if seconds is None else max(0.0, seconds),
         frozenset(rows[0].get("held") or ()),
     )
+
+
+# The batch's one user when it is the only one with work due for `keys` (a queue's routing
+# keys), at one priority class — then nobody's work can wait behind the batch in the
+# queue's bulk lane — with the lane's row locked and its owner (whose messages the lane
+# may hold). The batch's rows are locked by this transaction, the others are read as
+# committed. Three probes of the fair index (user, class, routing key, id) over the
+# unpublished rows, each stopping at its first row: the other users below and above the
+# batch's, and the user's rows of the other class.
+_SOLE_USER = """
+WITH b AS (
+    SELECT count(DISTINCT user_id) AS users, count(DISTINCT priority) AS classes,
+           (array_agg(user_id))[1] AS u, (array_agg(priority))[1] AS p
+    FROM outbox_messages WHERE id = ANY($1::bigint[])
+)
+SELECT b.u,
+       (SELECT l.user_id FROM outbox_bulk_lanes l WHERE l.queue = $3 FOR UPDATE) AS owner
+FROM b
+WHERE b.users = 1 AND b.classes = 1
+  AND NOT EXISTS (SELECT 1 FROM outbox_messages o WHERE o.published_at IS NULL
+                  AND o.user_id < b.u AND o.routing_key = ANY($2) AND o.available_at <= now())
+  AND NOT EXISTS (SELECT 1 FROM outbox_messages o WHERE o.published_at IS NULL
+                  AND o.user_id > b.u AND o.routing_key = ANY($2) AND o.available_at <= now())
+  AND NOT EXISTS (SELECT 1 FROM outbox_messages o WHERE o.published_at IS NULL
+                  AND o.user_id = b.u AND o.priority <> b.p AND o.routing_key = ANY($2)
+                  AND o.available_at <= now())
+"""
+
+
+@dataclass(frozen=True)
+class SoleUser:
+    user_id: uuid.UUID
+    lane_owner: uuid.UUID | None  # the user whose messages the bulk lane may hold
+
+
+async def sole_user(
+    connection: AsyncConnection, ids: Sequence[int], *, keys: Sequence[str], queue: str
+) -> SoleUser | None:
+    """The user of every row `ids` when nobody else has work due for the routing keys
+    `keys` (and the user none of the other priority class), with `queue`'s bulk lane
+    locked until the transaction ends; else None."""
+    found = await connection.exec_driver_sql(_SOLE_USER, (list(ids), list(keys), queue))
+    row = found.mappings().first()
+    return None if row is None else SoleUser(row["u"], row["owner"])
+
+
+_ENSURE_LANES = (
+    "INSERT INTO outbox_bulk_lanes (queue) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING"
+)
+
+
+async def ensure_lanes(connection: AsyncConnection, queues: Sequence[str]) -> None:
+    """A row per bulk lane, so that the relays' rounds lock one (`sole_user`)."""
+    await connection.exec_driver_sql(_ENSURE_LANES, (list(queues),))
+
+
+_TAKE_LANE = "UPDATE outbox_bulk_lanes SET user_id = $2, taken_at = now() WHERE queue = $1"
+
+
+async def take_lane(connection: AsyncConnection, queue: str, user_id: uuid.UUID) -> None:
+    await connection.exec_driver_sql(_TAKE_LANE, (queue, user_id))
 
 
 _MARK = "UPDATE outbox_messages SET published_at = now() WHERE id = ANY($1::bigint[])"

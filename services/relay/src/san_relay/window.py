@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
-from san_common.broker.depths import read_depth
+from san_common.broker.depths import Depth, read_depth
 from san_common.broker.topology import Topology
 from san_common.jobs import registry
 
@@ -93,6 +93,12 @@ class Windows:
     def queue_of(self, routing_key: str) -> str | None:
         return self._queue_of.get(routing_key)
 
+    def keys_of(self, queue: str) -> list[str]:
+        return [k for k, q in self._queue_of.items() if q == queue]
+
+    def names(self) -> list[str]:
+        return list(self._queues)
+
     def size(self, queue: QueueWindow) -> int:
         queue.note_taken(time.monotonic(), 0, self._seconds)  # what aged out of the horizon
         return queue.size(self._least, self._per_consumer)
@@ -137,15 +143,23 @@ class Windows:
         now = time.monotonic()
         return [n for n in names if now - self._queues[n].read_at >= self._poll]
 
+    async def ready_in(self, connection: AbstractConnection, name: str) -> int:
+        """The messages ready in queue `name` now (a bulk lane's, say: not windowed)."""
+        return (await self._read_depth(connection, name)).ready
+
+    async def _read_depth(self, connection: AbstractConnection, name: str) -> Depth:
+        # a passive declare, on a channel of its own: a queue gone closes it, not the
+        # publishing channel
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await connection.channel()
+        async with asyncio.timeout(READ_TIMEOUT_SECONDS):
+            return await read_depth(self._channel, name)
+
     async def read(self, connection: AbstractConnection, names: Iterable[str]) -> None:
-        """Re-read `names`' ready messages and consumers (a passive declare each, on a
-        channel of their own: a queue gone closes it, not the publishing channel)."""
+        """Re-read `names`' ready messages and consumers."""
         for name in names:
-            if self._channel is None or self._channel.is_closed:
-                self._channel = await connection.channel()
             queue = self._queues[name]
-            async with asyncio.timeout(READ_TIMEOUT_SECONDS):
-                depth = await read_depth(self._channel, name)
+            depth = await self._read_depth(connection, name)
             now = time.monotonic()
             if queue.read_at > float("-inf"):
                 taken = queue.ready + queue.admitted - depth.ready

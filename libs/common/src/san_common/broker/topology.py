@@ -2,6 +2,7 @@
 
     {prefix}.jobs      direct exchange; routing key = job type
       └─ {prefix}.jobs.<job_type>   one durable quorum queue per registered job type
+      └─ {prefix}.jobs.<job_type>.bulk   its bulk lane (routing key `<job type>.bulk`)
     {prefix}.jobs.dlx  direct exchange receiving dead letters
       └─ {prefix}.jobs.dead-letters the dead-letter queue (classic), bound for every job type
     {prefix}.deployment             held by the deployment running on the prefix (ownership.py)
@@ -19,6 +20,11 @@ it: a message taken unacknowledged and given back returns to its own place, unch
 quorum queue would count a delivery in its headers each time, and RabbitMQ 4 puts a
 returned message at the back). Dead letters are few, and nothing runs from them.
 
+A job queue's bulk lane holds one user's backlog that nobody else's work waits behind:
+the relay publishes into it only while that user is the only one with work due for the
+queue, and workers consume both (docs/architecture.md, "Fair share and priorities"). A
+message in either is the same job's message; a lane is not a job type of its own.
+
 Quorum queues count deliveries: a message redelivered more than `DELIVERY_LIMIT` times
 (a poison message that crashes its consumer) is dead-lettered instead of looping forever.
 """
@@ -35,6 +41,7 @@ from san_common.jobs import registry
 
 # With the runtime's growing pause before each requeue, 20 deliveries ride out minutes of outage.
 DELIVERY_LIMIT = 20
+BULK_SUFFIX = ".bulk"
 REASON_HEADER = "x-san-reason"
 DETAIL_HEADER = "x-san-detail"
 DEAD_LETTERED_AT_HEADER = "x-san-dead-lettered-at"
@@ -70,12 +77,29 @@ class Topology:
     def queue_name(self, job_type: str) -> str:
         return f"{self.prefix}.jobs.{registry.spec_for(job_type).queue}"
 
+    def bulk_queue_name(self, job_type: str) -> str:
+        return bulk_lane_of(self.queue_name(job_type))
+
+    def job_queue_names(self) -> list[str]:
+        """Every job queue and its bulk lane: where a job's message can wait."""
+        names = {self.queue_name(t) for t in registry.job_types()}
+        return sorted(names | {bulk_lane_of(n) for n in names})
+
     def exchange_for(self, logical_name: str) -> str:
         """Outbox rows name a logical exchange (`jobs`); the deployment adds its prefix."""
         return f"{self.prefix}.{logical_name}"
 
     def all_queue_names(self) -> list[str]:
-        return [self.queue_name(t) for t in registry.job_types()] + [self.dead_letter_queue]
+        return [*self.job_queue_names(), self.dead_letter_queue]
+
+
+def bulk_routing_key(job_type: str) -> str:
+    return f"{job_type}{BULK_SUFFIX}"
+
+
+def bulk_lane_of(queue: str) -> str:
+    """The bulk lane of job queue `queue` (a name `Topology.queue_name` gave)."""
+    return f"{queue}{BULK_SUFFIX}"
 
 
 def queue_arguments(topology: Topology, job_type: str) -> dict[str, object]:
@@ -109,12 +133,19 @@ async def declare_topology(
     )
     queues: dict[str, AbstractQueue] = {}
     for job_type in registry.job_types():
+        arguments = queue_arguments(topology, job_type)
         queue = await channel.declare_queue(
             topology.queue_name(job_type),
             durable=True,
-            arguments=queue_arguments(topology, job_type),  # type: ignore[arg-type]
+            arguments=arguments,  # type: ignore[arg-type]
         )
         await queue.bind(jobs, routing_key=job_type)
+        bulk = await channel.declare_queue(
+            topology.bulk_queue_name(job_type),
+            durable=True,
+            arguments=arguments,  # type: ignore[arg-type]
+        )
+        await bulk.bind(jobs, routing_key=bulk_routing_key(job_type))
         await dead.bind(topology.dead_letter_exchange, routing_key=job_type)
         queues[job_type] = queue
     return queues

@@ -54,10 +54,16 @@ class DirectRows:
 
 
 async def publish_row(
-    exchange: AbstractExchange, row: Pending, *, deployment_id: str, confirm_seconds: float
+    exchange: AbstractExchange,
+    row: Pending,
+    *,
+    deployment_id: str,
+    confirm_seconds: float,
+    routing_key: str | None = None,
 ) -> int:
     """Publish `row` on `exchange` (a channel with publisher confirms) and wait for the
-    broker's confirm; returns the row's id."""
+    broker's confirm; returns the row's id. `routing_key`: another than the row's (its job
+    queue's bulk lane, broker/topology.py)."""
     envelope_trace = _trace_headers(row)
     # The publish span continues the registering request's trace (the envelope's
     # traceparent); the worker continues from this span (the message headers).
@@ -83,7 +89,7 @@ async def publish_row(
         )
         await exchange.publish(
             message,
-            routing_key=row.routing_key,
+            routing_key=routing_key or row.routing_key,
             mandatory=True,  # unroutable comes back: the channel raises it
             timeout=confirm_seconds,
         )

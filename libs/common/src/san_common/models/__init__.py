@@ -11,7 +11,13 @@ from san_common.models.github import (
     GithubStarRecommendation,
     TilGithubCommit,
 )
-from san_common.models.jobs import AsyncJob, AsyncJobTransition, AsyncJobTry, OutboxMessage
+from san_common.models.jobs import (
+    AsyncJob,
+    AsyncJobTransition,
+    AsyncJobTry,
+    OutboxBulkLane,
+    OutboxMessage,
+)
 from san_common.models.operations import (
     AdminAudit,
     AsyncJobEvent,
@@ -49,6 +55,7 @@ __all__ = [
     "GithubStarRecommendation",
     "JobTypePause",
     "KnowledgeCard",
+    "OutboxBulkLane",
     "OutboxMessage",
     "RateLimitBucket",
     "RecallQuiz",

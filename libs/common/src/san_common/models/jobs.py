@@ -181,3 +181,13 @@ class OutboxMessage(Base):
     # The API publishes the row itself after its commit; `available_at` is then its grace
     # (migration 0019).
     direct: Mapped[bool] = mapped_column(server_default=text("false"))
+
+
+class OutboxBulkLane(Base):
+    """Whose backlog a job queue's bulk lane holds: one user's at a time (migration 0020)."""
+
+    __tablename__ = "outbox_bulk_lanes"
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    user_id: Mapped[uuid.UUID | None] = mapped_column(nullable=True)
+    taken_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -1,11 +1,13 @@
 """The AMQP side of a worker: one connection, one channel, one consumer per queue the
-process serves, and one limit on the jobs running at once in the process.
+process serves and one per queue's bulk lane, and one limit on the jobs running at once in
+the process.
 
 Quorum queues do not support a channel-global prefetch (`basic.qos(global=True)`), so
 `WORKER_PREFETCH` is enforced in two layers: each consumer's prefetch is the limit (a
 single busy queue may use all of it), and a process-wide semaphore of the same size lets at
 most that many deliveries execute at once. Deliveries beyond it wait in memory, unacked
-(at most `(queues - 1) × prefetch` of them): the broker gives them to another worker if
+(at most `(consumers - 1) × prefetch` of them), and take their turn in the order they
+arrived, whichever consumer took them: the broker gives them to another worker if
 this one dies, one still waiting when the worker drains goes back to its queue unstarted,
 and a prefetch-1 worker runs exactly one job at a time.
 """
@@ -194,15 +196,21 @@ class Consumer:
             log.info("worker stopped")
 
     async def _consume(self, channel: AbstractChannel) -> list[tuple[AbstractQueue, str]]:
+        """A consumer for each job type's queue and one for its bulk lane (topology.py),
+        each with its own prefetch: a user's backlog in the lane never holds every slot a
+        consumer of the queue could give another user's job."""
         queues = await declare_topology(channel, self._topology)
         dead_letters = await channel.get_exchange(self._topology.dead_letter_exchange)
         consumers: list[tuple[AbstractQueue, str]] = []
         self._callbacks: list[Callable[[AbstractIncomingMessage], Awaitable[None]]] = []
+        self._consumed_types: list[str] = []
         for job_type in self._job_types:
-            queue = queues[job_type]
             on_message = self._receiver(dead_letters, job_type)
-            self._callbacks.append(on_message)
-            consumers.append((queue, await queue.consume(on_message)))
+            bulk = await channel.get_queue(self._topology.bulk_queue_name(job_type), ensure=False)
+            for queue in (queues[job_type], bulk):
+                self._callbacks.append(on_message)
+                self._consumed_types.append(job_type)
+                consumers.append((queue, await queue.consume(on_message)))
         return consumers
 
     async def _follow_pauses(
@@ -253,10 +261,10 @@ class Consumer:
                 paused, unreachable, unreadable = now_paused, False, False
             idle = served if unreachable else paused
             for i, (queue, tag) in enumerate(consumers):
-                if self._job_types[i] in idle and tag:
+                if self._consumed_types[i] in idle and tag:
                     await queue.cancel(tag)
                     consumers[i] = (queue, "")
-                elif self._job_types[i] not in idle and not tag:
+                elif self._consumed_types[i] not in idle and not tag:
                     consumers[i] = (queue, await queue.consume(callbacks[queue.name]))
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self._pause_poll_seconds)

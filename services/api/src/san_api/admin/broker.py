@@ -342,7 +342,8 @@ def _copy(message: AbstractIncomingMessage, headers: dict[str, Any]) -> aio_pika
 
 
 def queue_job_type(topology: Topology, name: str) -> str | None:
+    """The job type of job queue `name`, or of its bulk lane; None for another queue."""
     for job_type in registry.job_types():
-        if topology.queue_name(job_type) == name:
+        if name in (topology.queue_name(job_type), topology.bulk_queue_name(job_type)):
             return job_type
     return None
