@@ -5,6 +5,10 @@ publisher confirms *in flight together*, mark the confirmed ones published, comm
 A crash after the broker confirmed but before the commit leaves the rows unpublished, so
 they are published again: consumers are idempotent by job claim, never by luck.
 
+Under fair share, each job queue's ready messages are kept within a window, the rest
+admitted in a fair order; one user's backlog that holds nobody back goes into the queue's
+bulk lane instead (docs/architecture.md, "Fair share and priorities").
+
 Only rows that are due are published (`available_at <= now()`): retries and delayed
 redeliveries are rows scheduled for later, and so is a row the API publishes itself,
 until its grace has passed (docs/architecture.md, "Direct publish"). The relay sleeps on
@@ -233,8 +237,8 @@ class Relay:
             rows = batch.rows
             if not rows:
                 return 0
-            if self._windows is None or batch.bulk_queue is not None:
-                confirmed, first_error = await self._publish(channel, rows, bulk=batch.bulk_queue)
+            if self._windows is None or batch.bulk:
+                confirmed, first_error = await self._publish(channel, rows, bulk=batch.bulk)
             else:
                 taken = self._windows.reserve(r.routing_key for r in rows)
                 confirmed = []
@@ -343,7 +347,7 @@ class Relay:
             if await self._windows.ready_in(self._broker(), lane) > 0:
                 return None
             await repository.take_lane(connection, queue, sole.user_id)
-        return replace(batch, bulk_queue=queue)
+        return replace(batch, bulk=True)
 
     def _broker(self) -> AbstractConnection:
         if self._connection is None:
@@ -362,7 +366,7 @@ class Relay:
         )
 
     async def _publish(
-        self, channel: AbstractChannel, rows: Sequence[Pending], *, bulk: str | None = None
+        self, channel: AbstractChannel, rows: Sequence[Pending], *, bulk: bool = False
     ) -> tuple[list[int], str | None]:
         """The ids the broker confirmed, and the first failure's description (the round's
         one warning names it; a line per message would flood the log in an outage)."""
@@ -378,7 +382,7 @@ class Relay:
                 row,
                 deployment_id=deployment_id,
                 confirm_seconds=timeout,
-                routing_key=None if bulk is None else bulk_routing_key(row.routing_key),
+                routing_key=bulk_routing_key(row.routing_key) if bulk else None,
             )
 
         # All confirms in flight at once: awaiting them one by one caps the relay at one

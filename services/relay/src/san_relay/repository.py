@@ -36,8 +36,8 @@ class Batch:
     next_due_seconds: float | None
     # the queue numbers the fair claim left due rows behind for (their windows were full)
     held: frozenset[int] = frozenset()
-    # the job queue whose bulk lane the rows go to (one user's, nobody else due), if any
-    bulk_queue: str | None = None
+    # the rows go to their job queue's bulk lane (one user's, nobody else's due)
+    bulk: bool = False
 
 
 # One statement a round: the batch, and when to wake up next (a separate query for the
