@@ -202,7 +202,9 @@ RETURNING id
 # (`direct`, due only after the grace $10 seconds) when the user has no other active job of
 # the type (the statement's snapshot does not see the job it inserts; the index on
 # async_jobs (user_id, job_type, status) answers). A user's first active job of a type
-# skips the relay; the rest of a burst waits for the relay's fair window.
+# skips the relay; the rest of a burst waits for the relay's fair window. The stored
+# envelope comes back only for a row the caller publishes (jsonb's text: the bytes the
+# relay would publish); the relay's rows need it not here.
 _REGISTER_DIRECT = """
 WITH job AS (
     INSERT INTO async_jobs (job_id, job_type, target_id, user_id, attempt)
@@ -221,7 +223,7 @@ SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9,
        CASE WHEN alone.direct THEN now() + make_interval(secs => $10::float8) ELSE now() END,
        alone.direct
 FROM job CROSS JOIN alone
-RETURNING id, direct, body::text AS body, created_at
+RETURNING id, direct, CASE WHEN direct THEN body::text END AS body, created_at
 """
 
 
