@@ -22,10 +22,12 @@ help:
 	@echo "make lint / typecheck / bench / soak / scaling"
 	@echo "make mutants - break each lease/fencing guarantee in a copy, check the suite turns red"
 
-# A fresh machine has no uv: install the pinned one with the python3 it has.
+# A fresh machine has no uv: install the pinned one with the python3 it has. Errors only
+# (-qq): a pip configuration's warnings (an index location that is not there) would
+# otherwise stand before a failed start's one line.
 $(TOOLS)/uv-$(UV_VERSION):
 	python3 -m venv $(TOOLS)
-	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
+	$(TOOLS)/bin/pip install -qq uv==$(UV_VERSION)
 	touch $@
 
 setup: $(UV_BOOTSTRAP)
