@@ -103,6 +103,25 @@ async def test_dead_letters_peek_redrive_purge(
     ]
 
 
+async def test_a_queue_not_declared_is_left_out_not_a_failed_page(
+    admin: httpx.AsyncClient, amqp_url: str, topology: Topology
+) -> None:
+    lane = topology.bulk_queue_name(JobType.CARD_ANALYSIS)
+    connection = await aio_pika.connect(amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.queue_delete(lane)
+
+    response = await admin.get("/admin/api/queues", headers=OP)
+
+    assert response.status_code == 200
+    names = [q["name"] for q in response.json()["queues"]]
+    assert lane not in names
+    # the queues after the missing one are read on a channel of their own
+    assert topology.queue_name(JobType.SCRAP_REFINE) in names
+    assert topology.dead_letter_queue in names
+
+
 async def test_dead_letter_actions_need_exactly_one_selector(admin: httpx.AsyncClient) -> None:
     for body in ({}, {"all": True, "jobType": "CARD_ANALYSIS"}, {"jobType": "NOPE"}):
         response = await admin.post("/admin/api/dead-letters/purge", json=body, headers=OP)

@@ -1402,6 +1402,19 @@ MUTATIONS = (
         (f"{FAIR_SHARE}::test_one_scrap_of_b_is_not_stuck_behind_300_jobs_of_a[on]",),
     ),
     Mutation(
+        "console-missing-queue-fails",
+        "the console's queue page, reading depths by passive declares, fails as a whole on "
+        "a queue not declared yet",
+        (
+            Edit(
+                ADMIN_BROKER,
+                "                except ChannelNotFoundEntity:",
+                "                except ZeroDivisionError:",
+            ),
+        ),
+        ("tests/admin/test_broker.py::test_a_queue_not_declared_is_left_out_not_a_failed_page",),
+    ),
+    Mutation(
         "window-never-ages",
         "what the consumers took stays in the window after its seconds: a busy spell's "
         "window lets the next backlog into the queue whole",

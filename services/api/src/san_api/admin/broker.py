@@ -27,9 +27,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
 import httpx
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError, DeliveryError
-from aiormq.exceptions import AMQPError
+from aiormq.exceptions import AMQPError, ChannelNotFoundEntity
 from pydantic import ValidationError
 
 from san_api.errors import BrokerUnavailable
@@ -193,13 +193,18 @@ class BrokerAdmin:
 
     @contextlib.asynccontextmanager
     async def _channel(self) -> AsyncIterator[AbstractChannel]:
+        async with self._connection() as connection:
+            # returns raised: a re-drive that reaches no queue is a failure, not a success
+            yield await connection.channel(publisher_confirms=True, on_return_raises=True)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AbstractConnection]:
         try:
             connection = await asyncio.wait_for(connect(self._url), _CONNECT_SECONDS)
         except (OSError, AMQPError, TimeoutError) as exc:
             raise BrokerUnavailable(f"cannot reach RabbitMQ: {type(exc).__name__}") from exc
         try:
-            # returns raised: a re-drive that reaches no queue is a failure, not a success
-            yield await connection.channel(publisher_confirms=True, on_return_raises=True)
+            yield connection
         except AMQPError as exc:
             raise BrokerUnavailable(f"RabbitMQ refused the operation: {exc}") from exc
         finally:
@@ -211,9 +216,17 @@ class BrokerAdmin:
         if self._management:
             return "management", await self._management_depths(names)
         depths = []
-        async with self._channel() as channel:
+        async with self._connection() as connection:
+            channel = await connection.channel()
             for name in names:
-                queue = await channel.declare_queue(name, passive=True)
+                if channel.is_closed:  # the missing queue before closed it
+                    channel = await connection.channel()
+                try:
+                    queue = await channel.declare_queue(name, passive=True)
+                except ChannelNotFoundEntity:
+                    # not declared (yet): a bulk lane of a version no relay or worker of this
+                    # deployment has started with, say. Left out, not a failed page.
+                    continue
                 result = queue.declaration_result
                 depths.append(
                     QueueDepth(name, result.message_count or 0, result.consumer_count or 0, None)
