@@ -317,10 +317,10 @@ class Relay:
     async def _into_bulk(self, connection: AsyncConnection, batch: Batch) -> Batch | None:
         """`batch` bound for its queue's bulk lane, when it may go there; else None.
 
-        A batch that overfills its window is one user's backlog more often than not (a
-        burst of scraps, a drain after an outage). Nobody else's work waits behind it if
-        it goes into the bulk lane: the workers consume the lane beside the queue, with
-        slots of its own. So it may, when the batch is one user's, of one class and one
+        A batch that overfills its window is often one user's backlog (a burst of
+        scraps, a drain after an outage). Nobody else's work waits behind it if it goes
+        into the bulk lane: the workers consume the lane beside the queue, with a
+        consumer of its own. So it may, when the batch is one user's, of one class and one
         queue, nobody else has work due for the queue, and the lane holds no one else's
         messages: its owner (a row every relay locks for this) is the user, or it is read
         empty now. Otherwise the backlog waits in the outbox for the fair claim as before.
