@@ -1365,26 +1365,15 @@ MUTATIONS = (
         (f"{BULK_LANE}::test_a_users_interactive_work_is_not_put_behind_their_own_batch_work",),
     ),
     Mutation(
-        "stranded-ignores-bulk-lane",
-        "the stranded-message check reads only the job queue, not its bulk lane: a backlog "
-        "waiting in the lane is re-published",
+        "depths-ignore-bulk-lane",
+        "a job queue's depth leaves out its bulk lane: the stranded-message check "
+        "re-publishes a backlog waiting there, and the scaling signal misses it",
         (
             Edit(
-                STRANDED,
-                "            ready = depth.ready + (lane.ready if lane else 0)",
-                "            ready = depth.ready",
-            ),
-        ),
-        (f"{FAIR_SHARE}::test_one_users_backlog_waits_in_the_bulk_lane_and_is_not_stranded",),
-    ),
-    Mutation(
-        "runnable-ignores-bulk-lane",
-        "the scaling signal leaves out the messages ready in a bulk lane",
-        (
-            Edit(
-                RUNNABLE,
-                "+ (lane.ready if lane else 0)",
-                "+ 0",
+                DEPTHS,
+                "        return Depth(ready=depth.ready + (lane.ready if lane else 0), "
+                "consumers=depth.consumers)",
+                "        return depth",
             ),
         ),
         (f"{FAIR_SHARE}::test_one_users_backlog_waits_in_the_bulk_lane_and_is_not_stranded",),

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics
 from san_common.broker.depths import QueueDepths
-from san_common.broker.topology import Topology, bulk_lane_of
+from san_common.broker.topology import Topology
 from san_common.jobs import registry
 from san_common.outages import BROKER
 
@@ -115,12 +115,11 @@ class RunnableGauge:
         queues = self.queues()
         for queue in queues:
             try:
-                depth = await self._depths.read(queue)
-                lane = await self._depths.read(bulk_lane_of(queue))  # topology.py
+                depth = await self._depths.read_job_queue(queue)
             except Exception as exc:
                 BROKER.lost(exc, "reading the job queues' depths")
                 return []
-            ready[queue] = (depth.ready if depth else 0) + (lane.ready if lane else 0)
+            ready[queue] = depth.ready if depth else 0
         BROKER.answered(began)
         parts = await self.parts([t for types in queues.values() for t in types])
         measured = []

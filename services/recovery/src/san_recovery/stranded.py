@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from san_common import metrics
 from san_common.broker.depths import QueueDepths
-from san_common.broker.topology import Topology, bulk_lane_of
+from san_common.broker.topology import Topology
 from san_common.jobs import outbox, registry
 from san_common.jobs.admission import Priority
 from san_common.outages import BROKER
@@ -114,15 +114,13 @@ class StrandedCheck:
                 session, job_types, self._grace
             )
             try:
-                depth = await self._depths.read(queue)
-                # a job's message may wait in the queue's bulk lane as well (topology.py)
-                lane = await self._depths.read(bulk_lane_of(queue))
+                depth = await self._depths.read_job_queue(queue)
             except Exception as exc:
                 raise _BrokerUnavailable(exc) from exc
             if depth is None:
                 self._suspects.pop(queue, None)
                 return None
-            ready = depth.ready + (lane.ready if lane else 0)
+            ready = depth.ready
             waiting = await repository.count_waiting(session, job_types, cutoff)
             missing = waiting - ready - unpublished
             suspects = (

@@ -13,6 +13,7 @@ from aiormq.exceptions import ChannelNotFoundEntity
 
 from san_common.broker.connect import connect_robust
 from san_common.broker.monitor import connection_is_open
+from san_common.broker.topology import bulk_lane_of
 from san_common.dependencies import quiet_logger
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,15 @@ class QueueDepths:
             return None
         result = declared.declaration_result
         return Depth(ready=result.message_count or 0, consumers=result.consumer_count or 0)
+
+    async def read_job_queue(self, queue: str) -> Depth | None:
+        """A job queue's depth with its bulk lane's ready messages added (a job's message
+        waits in either: topology.py); None when the queue does not exist."""
+        depth = await self.read(queue)
+        if depth is None:
+            return None
+        lane = await self.read(bulk_lane_of(queue))
+        return Depth(ready=depth.ready + (lane.ready if lane else 0), consumers=depth.consumers)
 
     async def _open_channel(self) -> AbstractRobustChannel:
         if self._connection is None:
