@@ -137,8 +137,6 @@ async def register_job_on_connection(
         active = await connection.fetchval(_ACTIVE_FOR_USER, user_id, str(job_type))
         if active is not None:
             raise ActiveJobForUser(job_type, target_id, active)
-    if priority is not Priority.INTERACTIVE:
-        direct = None  # batch work waits for the relay's fair window
     registered = await _insert_on(
         connection, job_type, target_id, user_id, attempt, priority, direct
     )
@@ -172,8 +170,6 @@ async def register_job(
     # One statement is the whole registration: atomic without a transaction around it, so
     # it runs on the pooled connection's asyncpg driver in autocommit, without SQLAlchemy's
     # execution path (a third of the registration's CPU, docs/performance.md).
-    if priority is not Priority.INTERACTIVE:
-        direct = None  # batch work waits for the relay's fair window
     async with driver_connection(bound_engine(session_factory)) as connection:
         registered = await _insert_on(
             connection, job_type, target_id, user_id, attempt, priority, direct
@@ -186,17 +182,21 @@ async def register_job(
 # already has an active job of the type inserts nothing: the partial unique index's
 # conflict is skipped (never raised, so the caller's transaction stays usable), and with
 # no job row there is no message either.
-_REGISTER = """
+_JOB = """
 WITH job AS (
     INSERT INTO async_jobs (job_id, job_type, target_id, user_id, attempt)
     VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING') DO NOTHING
     RETURNING job_id
-)
+)"""
+_REGISTER = (
+    _JOB
+    + """
 INSERT INTO outbox_messages (message_id, exchange, routing_key, body, headers, user_id, priority)
 SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9 FROM job
 RETURNING id
 """
+)
 
 # The same, for a caller that publishes after its commit: the message is the caller's
 # (`direct`, due only after the grace $10 seconds) when the user has no other active job of
@@ -205,13 +205,9 @@ RETURNING id
 # skips the relay; the rest of a burst waits for the relay's fair window. The stored
 # envelope comes back only for a row the caller publishes (jsonb's text: the bytes the
 # relay would publish); the relay's rows need it not here.
-_REGISTER_DIRECT = """
-WITH job AS (
-    INSERT INTO async_jobs (job_id, job_type, target_id, user_id, attempt)
-    VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT (target_id, job_type) WHERE status IN ('PENDING', 'PROCESSING') DO NOTHING
-    RETURNING job_id
-), alone AS (
+_REGISTER_DIRECT = (
+    _JOB
+    + """, alone AS (
     SELECT NOT EXISTS (
         SELECT 1 FROM async_jobs a
         WHERE a.user_id = $4 AND a.job_type = $2 AND a.status IN ('PENDING', 'PROCESSING')
@@ -225,6 +221,7 @@ SELECT $6, $7, $2, $8::jsonb, '{}'::jsonb, $4, $9,
 FROM job CROSS JOIN alone
 RETURNING id, direct, CASE WHEN direct THEN body::text END AS body, created_at
 """
+)
 
 
 _LOCK_USER = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
@@ -288,6 +285,8 @@ async def _insert_on(
 ) -> RegisteredJob:
     message = _new_message(job_type, target_id, user_id, attempt)
     params = _register_params(message, priority)
+    if priority is not Priority.INTERACTIVE:
+        direct = None  # batch work waits for the relay's fair window
     if direct is None:
         if await connection.fetchval(_REGISTER, *params) is None:
             raise DuplicateActiveJob(job_type, target_id)
