@@ -1182,11 +1182,11 @@ MUTATIONS = (
                 "    job = await jobs.get_for_user(session, jobId, user.user_id)\n"
                 "    if job is None:\n"
                 '        raise NotFound(f"job {jobId} not found")\n'
-                "    if job.status != JobStatus.PENDING.value:",
+                "    await cancelling.cancel(",
                 "    job = await session.get(AsyncJob, jobId)\n"
                 "    if job is None:\n"
                 '        raise NotFound(f"job {jobId} not found")\n'
-                "    if job.status != JobStatus.PENDING.value:",
+                "    await cancelling.cancel(",
             ),
         ),
         ("tests/api/test_own_jobs.py::test_a_user_cancels_their_own_pending_job_and_only_theirs",),
