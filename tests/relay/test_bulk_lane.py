@@ -19,7 +19,7 @@ from san_common.jobs.admission import Priority
 from san_common.jobs.registration import register_job_in_transaction
 from san_common.jobs.types import JobType
 from san_relay.relay import Relay
-from tests.relay.conftest import drain_queue, make_relay, unpublished
+from tests.relay.conftest import drain_queue, make_relay, unpublished, watch_rounds
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.rabbit
@@ -46,9 +46,16 @@ def _relay(
     )
 
 
-async def _run(relay: Relay, sessions: async_sessionmaker[AsyncSession], left: int) -> None:
-    """Run `relay` until the outbox holds `left` unpublished rows, and a little longer (a
-    round that would publish more has its chance)."""
+async def _run(
+    relay: Relay,
+    sessions: async_sessionmaker[AsyncSession],
+    left: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Run `relay` until the outbox holds `left` unpublished rows; with rows left, until
+    three more of its rounds have ended too (a round that would publish more had its
+    chance: while rows are held back, a round runs every window poll)."""
+    rounds = watch_rounds(relay, monkeypatch)
     stop = asyncio.Event()
     task = asyncio.create_task(relay.run(stop))
     try:
@@ -57,7 +64,13 @@ async def _run(relay: Relay, sessions: async_sessionmaker[AsyncSession], left: i
             return await unpublished(sessions) == left
 
         await eventually(settled, within=30, what=f"{left} rows left in the outbox")
-        await asyncio.sleep(0.5)
+        if left:
+            after = rounds.finished + 3
+
+            async def three_more_rounds() -> bool:
+                return rounds.finished >= after
+
+            await eventually(three_more_rounds, within=10, what="three more relay rounds")
     finally:
         stop.set()
         await task
@@ -86,10 +99,13 @@ async def test_one_users_backlog_goes_into_the_bulk_lane_not_the_outbox(
     amqp_url: str,
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a = uuid.uuid4()
     await _register(fresh_sessions, a, 60)
-    await _run(_relay(fresh_db_url, amqp_url, topology, fresh_sessions), fresh_sessions, 0)
+    await _run(
+        _relay(fresh_db_url, amqp_url, topology, fresh_sessions), fresh_sessions, 0, monkeypatch
+    )
 
     assert _users(await drain_queue(amqp_url, topology.bulk_queue_name(JOB))) == {str(a): 60}
     assert await drain_queue(amqp_url, topology.queue_name(JOB)) == []
@@ -100,21 +116,26 @@ async def test_the_lane_is_not_given_to_another_user_while_it_holds_the_first_on
     amqp_url: str,
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, c = uuid.uuid4(), uuid.uuid4()
     await _register(fresh_sessions, a, 40)
-    await _run(_relay(fresh_db_url, amqp_url, topology, fresh_sessions), fresh_sessions, 0)
+    await _run(
+        _relay(fresh_db_url, amqp_url, topology, fresh_sessions), fresh_sessions, 0, monkeypatch
+    )
     await _register(fresh_sessions, c, 30)  # C alone has work due now: A's is all published
     # another relay (no memory of the first one's): the lane's row says whose it is; C's
     # rest is held in the outbox
     relay = _relay(fresh_db_url, amqp_url, topology, fresh_sessions)
-    await _run(relay, fresh_sessions, 30 - WINDOW)
+    await _run(relay, fresh_sessions, 30 - WINDOW, monkeypatch)
 
     assert _users(await drain_queue(amqp_url, topology.bulk_queue_name(JOB))) == {str(a): 40}
     assert _users(await drain_queue(amqp_url, topology.queue_name(JOB))) == {str(c): WINDOW}
 
     # the lane read empty (drained above): C's backlog may have it now
-    await _run(_relay(fresh_db_url, amqp_url, topology, fresh_sessions), fresh_sessions, 0)
+    await _run(
+        _relay(fresh_db_url, amqp_url, topology, fresh_sessions), fresh_sessions, 0, monkeypatch
+    )
     assert _users(await drain_queue(amqp_url, topology.bulk_queue_name(JOB))) == {
         str(c): 30 - WINDOW
     }
@@ -131,13 +152,14 @@ async def test_with_two_users_due_the_backlog_waits_for_the_fair_claim(
     amqp_url: str,
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     await _register(fresh_sessions, a, 30)
     await _register(fresh_sessions, b, 30)
     # a batch of A's rows only: B's due rows are what keeps it out of the lane
     relay = _relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_batch_size=20)
-    await _run(relay, fresh_sessions, 60 - WINDOW)
+    await _run(relay, fresh_sessions, 60 - WINDOW, monkeypatch)
 
     assert await drain_queue(amqp_url, topology.bulk_queue_name(JOB)) == []
     main = _users(await drain_queue(amqp_url, topology.queue_name(JOB)))
@@ -149,12 +171,13 @@ async def test_a_users_interactive_work_is_not_put_behind_their_own_batch_work(
     amqp_url: str,
     topology: Topology,
     fresh_sessions: async_sessionmaker[AsyncSession],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a = uuid.uuid4()
     await _register(fresh_sessions, a, 30, Priority.BATCH)
     await _register(fresh_sessions, a, 3)
     relay = _relay(fresh_db_url, amqp_url, topology, fresh_sessions, relay_batch_size=20)
-    await _run(relay, fresh_sessions, 33 - WINDOW)
+    await _run(relay, fresh_sessions, 33 - WINDOW, monkeypatch)
 
     assert await drain_queue(amqp_url, topology.bulk_queue_name(JOB)) == []
     main = await drain_queue(amqp_url, topology.queue_name(JOB))
