@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from typing import Annotated
 
 import asyncpg
 import httpx
+from fastapi import Request
 from sqlalchemy import func, select
 from starlette.types import Message, Receive, Scope, Send
 
 from san_api.app import create_app
-from san_api.limits.dependencies import JobRequest, limited_transaction
+from san_api.deps import SubjectDep
+from san_api.limits.dependencies import LimitedTransaction
 from san_api.scraps import repository as scraps
 from san_api.settings import ApiSettings
 from san_common.db.engine import plain_url
@@ -120,11 +121,12 @@ async def test_an_error_after_a_write_on_the_connection_takes_the_write_back(
     """Not a database error (PostgreSQL would refuse the commit of an aborted transaction by
     itself): a bug after the user and a scrap were written."""
 
-    async def write_then_fail(
-        job: Annotated[JobRequest, limited_transaction("write-then-fail")],
-    ) -> None:
-        await scraps.insert_if_absent(job.connection, job.user.user_id, "doomed", "0" * 64)
-        raise RuntimeError("a bug after the first write")
+    limits = LimitedTransaction("write-then-fail", 1)
+
+    async def write_then_fail(request: Request, subject: SubjectDep) -> None:
+        async with limits.open(request, subject) as job:
+            await scraps.insert_if_absent(job.connection, job.user.user_id, "doomed", "0" * 64)
+            raise RuntimeError("a bug after the first write")
 
     app = create_app(settings_for())
     app.add_api_route("/write-then-fail", write_then_fail, methods=["POST"])
@@ -137,3 +139,29 @@ async def test_an_error_after_a_write_on_the_connection_takes_the_write_back(
             )
     nothing = Footprint(users=0, scraps=0, jobs=0, outbox=0)
     assert await footprint(sessions, subject_of(headers)) == nothing
+
+
+async def test_a_connection_given_back_inside_its_transaction_comes_back_without_it(
+    settings_for: Callable[..., ApiSettings],
+    sessions: Sessions,
+    new_user: Callable[[], dict[str, str]],
+) -> None:
+    """The API's asyncpg pool skips asyncpg's reset statement (its users keep no session
+    state), but a transaction left open, as by a rollback cut short, is still rolled back
+    before the connection serves anyone else."""
+    app = create_app(settings_for())
+    subject = subject_of(new_user())
+    async with app.router.lifespan_context(app):
+        pool: asyncpg.Pool = app.state.connections
+        async with pool.acquire() as connection:
+            await connection.execute("BEGIN")  # not asyncpg's managed transaction
+            await connection.execute("INSERT INTO users (external_id) VALUES ($1)", subject)
+            backend = await connection.fetchval("SELECT pg_backend_pid()")
+        async with pool.acquire() as connection:
+            assert await connection.fetchval("SELECT pg_backend_pid()") == backend
+            assert not connection.is_in_transaction()
+            state = await connection.fetchval(
+                "SELECT state FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            )
+            assert state == "active"
+    assert await footprint(sessions, subject) == Footprint(users=0, scraps=0, jobs=0, outbox=0)

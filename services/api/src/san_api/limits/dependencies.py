@@ -8,9 +8,9 @@ no connection and provisions nothing), then a cap on the user's PENDING/PROCESSI
 the request's transaction, under a per-user lock, so concurrent requests cannot all see room
 for one more).
 
-`limited_transaction(bucket, jobs)` is the same for an endpoint whose transaction is on the
-asyncpg pool (`POST /scraps`): one dependency that runs the limit, the transaction, the
-user and the cap in that order.
+`LimitedTransaction(bucket, jobs).open(request, subject)` is the same for an endpoint that
+opens its transaction itself on the asyncpg pool (`POST /scraps`): it runs the limit, the
+transaction, the user and the cap in that order.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -165,18 +166,21 @@ class JobRequest:
 
 
 class LimitedTransaction(JobQuota):
-    """`job_limits`, the request's transaction on a connection of the asyncpg pool and its
-    user as one dependency, in the order they must run: the rate limit (before a connection
-    is taken), the transaction, the user, the cap (in the transaction, under the user's
-    lock). One dependency instead of seven for FastAPI to solve on every request: a third
-    of the framework's cost of `POST /scraps`, the API's hottest path (docs/performance.md).
+    """`job_limits` and the request's transaction on a connection of the asyncpg pool, with
+    its user, for an endpoint that opens them itself (`async with limits.open(request,
+    subject) as job:`), in the order they must run: the rate limit (before a connection is
+    taken), the transaction, the user, the cap (in the transaction, under the user's lock).
+    The endpoint owns the transaction, so the hottest path of the API (`POST /scraps`) pays
+    for none of FastAPI's dependency machinery beyond the token (docs/performance.md). The
+    transaction commits when the block ends, so the endpoint answers for committed rows only.
     """
 
     def __init__(self, bucket: str, jobs: int, ai_jobs: Sequence[str] = ()) -> None:
         super().__init__(jobs, ai_jobs)
         self.rate_limit = RateLimit(bucket)
 
-    async def __call__(self, request: Request, subject: SubjectDep) -> AsyncIterator[JobRequest]:
+    @asynccontextmanager
+    async def open(self, request: Request, subject: str) -> AsyncIterator[JobRequest]:
         settings: ApiSettings = request.app.state.settings
         await self.rate_limit(request, subject, settings)
         publisher: DirectPublisher | None = request.app.state.publisher
@@ -189,12 +193,6 @@ class LimitedTransaction(JobQuota):
                 self.refuse_beyond_cap(active, settings)
             await self.refuse_over_budget(connection, user.user_id, settings)
             yield JobRequest(connection, user, direct)
-        # committed (an endpoint that failed rolled back and raised out of the block)
+        # committed (a block that failed rolled back and raised out of it)
         if publisher is not None and direct is not None:
             publisher.submit(direct.rows)
-
-
-def limited_transaction(bucket: str, *, jobs: int = 1, ai_jobs: Sequence[str] = ()) -> Any:
-    """`Depends` on a `LimitedTransaction`; the transaction commits when the endpoint
-    returns, before the response is sent (as `SessionDep`'s)."""
-    return Depends(LimitedTransaction(bucket, jobs, ai_jobs), scope="function")

@@ -1,36 +1,39 @@
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Request, status
 
-from fastapi import APIRouter, status
-
-from san_api.deps import SettingsDep
-from san_api.limits.dependencies import JobRequest, limited_transaction
+from san_api.deps import SubjectDep
+from san_api.errors import BudgetExceeded, RateLimited, TooManyActiveJobs
+from san_api.limits.dependencies import LimitedTransaction
+from san_api.openapi import problems
 from san_api.scraps import service
 from san_api.scraps.schemas import ScrapAccepted, ScrapCreate
+from san_api.settings import ApiSettings
 from san_common.jobs.types import JobType
 
 router = APIRouter(tags=["scraps"])
 
 # rate limit, transaction, user, active-job cap (two jobs a scrap)
-ScrapRequest = Annotated[
-    JobRequest,
-    limited_transaction("scraps", jobs=2, ai_jobs=(JobType.CARD_ANALYSIS, JobType.SCRAP_REFINE)),
-]
+_LIMITS = LimitedTransaction("scraps", 2, (JobType.CARD_ANALYSIS, JobType.SCRAP_REFINE))
 
 
-@router.post("/scraps", status_code=status.HTTP_202_ACCEPTED, response_model=ScrapAccepted)
-async def create_scrap(
-    body: ScrapCreate, job_request: ScrapRequest, settings: SettingsDep
-) -> ScrapAccepted:
+@router.post(
+    "/scraps",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ScrapAccepted,
+    responses=problems(RateLimited, TooManyActiveJobs, BudgetExceeded),
+)
+async def create_scrap(body: ScrapCreate, request: Request, subject: SubjectDep) -> ScrapAccepted:
     """Save a scrap; its knowledge card and refined text are produced by async jobs."""
-    saved = await service.save_scrap(
-        job_request.connection,
-        job_request.user.user_id,
-        body.content,
-        max_bytes=settings.scrap_max_bytes,
-        direct=job_request.direct,
-    )
+    settings: ApiSettings = request.app.state.settings
+    async with _LIMITS.open(request, subject) as job:
+        saved = await service.save_scrap(
+            job.connection,
+            job.user.user_id,
+            body.content,
+            max_bytes=settings.scrap_max_bytes,
+            direct=job.direct,
+        )
     return ScrapAccepted(
         scrapId=saved.scrap_id,
         analysisJobId=saved.analysis_job_id,
