@@ -144,7 +144,10 @@ def span(
 
 
 def current_trace_context() -> dict[str, str]:
-    """The W3C `traceparent`/`tracestate` of the current span; empty when none is active."""
+    """The W3C `traceparent`/`tracestate` of the current span; empty when none is active
+    (always, with tracing off: no span is ever made current then)."""
+    if _provider is None:
+        return {}
     carrier: dict[str, str] = {}
     inject(carrier)
     return {k: v for k, v in carrier.items() if k in _TRACE_KEYS}

@@ -8,6 +8,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Iterable
 
 from prometheus_client import Counter, Histogram
 from starlette.exceptions import HTTPException
@@ -113,35 +114,31 @@ class ObservabilityMiddleware:
         method = scope["method"]
         started = time.perf_counter()
         status = 500
-        raw_headers = scope.get("headers") or []
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
-        given = headers.get("x-request-id", "")
-        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        raw_headers = scope.get("headers") or ()
+        given = next((v for k, v in raw_headers if k == b"x-request-id"), b"")
+        request_id = given.decode() if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        request_id_header = (b"x-request-id", request_id.encode())
 
         async def tracking_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message = {
-                    **message,
-                    "headers": [
-                        *message.get("headers", []),
-                        (b"x-request-id", request_id.encode()),
-                    ],
-                }
+                headers = [*message.get("headers", ()), request_id_header]
+                message = {**message, "headers": headers}
             await send(message)
 
         with (
             log_context(request_id=request_id),
-            tracing.span(method, kind="server", parent=headers) as span,
+            tracing.span(method, kind="server", parent=_trace_carrier(raw_headers)) as span,
         ):
             try:
                 await self.app(scope, receive, tracking_send)
             finally:
                 elapsed = time.perf_counter() - started
                 route = getattr(scope.get("route"), "path", None)
-                HTTP_REQUESTS.labels(method, route or "unmatched", str(status)).inc()
-                HTTP_DURATION.labels(method, route or "unmatched").observe(elapsed)
+                requests, duration = _series(method, route or "unmatched", status)
+                requests.inc()
+                duration.observe(elapsed)
                 if route is not None:
                     span.update_name(f"{method} {route}")
                     span.set_attribute("http.route", route)
@@ -151,7 +148,32 @@ class ObservabilityMiddleware:
 
 
 # A caller's request id is kept when it is a plain token of sane length, else replaced.
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
+
+# The metric children by (method, route, status): `labels()` costs a lock and a tuple of
+# strings per call, on every request. Routes are templates, so the set stays small.
+_SERIES: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+
+def _series(method: str, route: str, status: int) -> tuple[Counter, Histogram]:
+    found = _SERIES.get((method, route, status))
+    if found is None:
+        found = (
+            HTTP_REQUESTS.labels(method, route, str(status)),
+            HTTP_DURATION.labels(method, route),
+        )
+        _SERIES[(method, route, status)] = found
+    return found
+
+
+def _trace_carrier(raw_headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | None:
+    """The request's headers as a carrier for the span's parent; None when tracing is off
+    (the span ignores it then, and decoding every header of every request costs)."""
+    if not tracing.enabled():
+        return None
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in raw_headers}
+
+
 # A kubelet probing every few seconds would drown the access log: these go at DEBUG.
 _PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 
