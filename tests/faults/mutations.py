@@ -1237,14 +1237,28 @@ MUTATIONS = (
         (AI_QUOTA,),
     ),
     Mutation(
+        "active-jobs-unlocked",
+        "the active-job cap counts without the user's lock: concurrent requests all see room",
+        (
+            Edit(
+                API_LIMITS,
+                "            await repository.lock_user_jobs(connection, user_id)\n",
+                "",
+            ),
+        ),
+        (
+            "tests/api/test_limits.py::test_a_burst_across_two_api_processes_meets_the_limits"
+            "_while_others_are_served",
+        ),
+    ),
+    Mutation(
         "budget-unchecked",
         "the AI budget is never checked: neither at enqueue nor before a job runs",
         (
             Edit(
                 USAGE_BUDGETS,
-                "    limits = await limits_for(connection, user_id, defaults)\n"
-                "    if limits.unlimited:\n",
-                "    limits = await limits_for(connection, user_id, defaults)\n    if True:\n",
+                "    if limits.unlimited:\n        return None\n",
+                "    if True:\n        return None\n",
             ),
         ),
         (

@@ -11,15 +11,20 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Literal
 
+import httpx
 import pytest
 from sqlalchemy import select
 
+from san_api.app import create_app
+from san_api.auth.tokens import mint
+from san_common.db.engine import create_engine, create_session_factory
 from san_common.jobs.registration import register_job
 from san_common.jobs.types import JobType
 from san_common.models import AsyncJob, AsyncJobTry, Scrap, User
 from san_common.usage import AiCall, TryUsage, budgets, ledger
 from san_common.usage.budgets import Limits
 from tests.api.support import assert_problem
+from tests.conftest import JWT_SECRET, api_settings
 from tests.fakes.fake_ai import FakeAiServer
 from tests.usage.conftest import System, start_system
 from tests.waiting import eventually, settled_job_via_api
@@ -181,3 +186,52 @@ async def test_a_job_over_budget_at_run_time_waits_or_fails_without_calling_the_
         else:
             assert job.status == "FAILED"
             assert "BUDGET_EXCEEDED" in (job.error_message or "")
+
+
+@pytest.mark.parametrize("rate_limits", [True, False], ids=["limits-on", "limits-off"])
+async def test_an_operators_override_decides_at_enqueue_with_or_without_the_rate_limits(
+    db_url: str, amqp_url: str, rate_limits: bool
+) -> None:
+    """The override is read with the active-job count when the limits are on, on its own
+    when they are off: either way a column left NULL keeps the (here unlimited) default,
+    and a limit already spent refuses the scrap before anything is saved."""
+    subject = f"override-{uuid.uuid4().hex}"
+    headers = {"Authorization": f"Bearer {mint(JWT_SECRET, subject)}"}
+    app = create_app(api_settings(db_url, amqp_url, rate_limit_enabled=rate_limits))
+    engine = create_engine(db_url)
+    sessions = create_session_factory(engine)
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as api,
+        ):
+            first = await api.post("/scraps", json={"content": "before"}, headers=headers)
+            assert first.status_code == 202, first.text
+            async with sessions() as session, session.begin():
+                user_id = await session.scalar(select(User.id).where(User.external_id == subject))
+                assert user_id is not None
+                await budgets.set_override(
+                    session, user_id, tokens_per_day=None, usd_per_month=None, actor="test"
+                )
+                await ledger.insert(session, [_spent(user_id, tokens=10)])
+            kept = await api.post("/scraps", json={"content": "defaults"}, headers=headers)
+            assert kept.status_code == 202, kept.text
+
+            async with sessions() as session, session.begin():
+                await budgets.set_override(
+                    session, user_id, tokens_per_day=10, usd_per_month=None, actor="test"
+                )
+            refused = await api.post("/scraps", json={"content": "over"}, headers=headers)
+            problem = assert_problem(refused, 429, "BUDGET_EXCEEDED")
+            assert "10 of 10 tokens" in problem["detail"]
+            async with sessions() as session:
+                saved = await session.scalar(select(Scrap.id).where(Scrap.content == "over"))
+            assert saved is None
+    finally:
+        await engine.dispose()
+
+
+def _spent(user_id: uuid.UUID, *, tokens: int) -> TryUsage:
+    """One try's call of `tokens` prompt tokens, made now."""
+    call = AiCall("gpt-4o-mini", "chat", tokens, 0, 0, False, 1, Decimal(0))
+    return TryUsage(uuid.uuid4(), 1, user_id, "CARD_ANALYSIS", [call])

@@ -59,6 +59,13 @@ class Limits:
     def unlimited(self) -> bool:
         return not self.tokens_per_day and not self.usd_per_month
 
+    def overridden(self, tokens_per_day: int | None, usd_per_month: Decimal | None) -> Limits:
+        """These defaults under a user's override (a `user_budgets` row; None keeps one)."""
+        return Limits(
+            self.tokens_per_day if tokens_per_day is None else int(tokens_per_day),
+            self.usd_per_month if usd_per_month is None else Decimal(usd_per_month),
+        )
+
 
 @dataclass(frozen=True)
 class Exceeded:
@@ -90,11 +97,7 @@ async def limits_for(connection: Connection, user_id: uuid.UUID, defaults: Limit
     rows = await ledger.fetch(connection, _LIMITS, user_id)
     if not rows:
         return defaults
-    tokens, usd = rows[0]["tokens_per_day"], rows[0]["usd_per_month"]
-    return Limits(
-        defaults.tokens_per_day if tokens is None else int(tokens),
-        defaults.usd_per_month if usd is None else Decimal(usd),
-    )
+    return defaults.overridden(rows[0]["tokens_per_day"], rows[0]["usd_per_month"])
 
 
 async def check(
@@ -108,6 +111,19 @@ async def check(
     """None when the user may start jobs of `job_types` now: what they spent plus what
     such jobs cost them on average stays within every limit."""
     limits = await limits_for(connection, user_id, defaults)
+    return await check_limits(connection, user_id, limits, job_types, now=now)
+
+
+async def check_limits(
+    connection: Connection,
+    user_id: uuid.UUID,
+    limits: Limits,
+    job_types: Sequence[str],
+    *,
+    now: datetime | None = None,
+) -> Exceeded | None:
+    """`check` against `limits` the caller has read already (the API reads them with the
+    user's active-job count, in one round trip)."""
     if limits.unlimited:
         return None
     periods = Periods.at(now or datetime.now(UTC))

@@ -98,17 +98,34 @@ class JobQuota:
         self.jobs = jobs
         self.ai_jobs = [str(t) for t in ai_jobs]
 
-    async def refuse_over_budget(
+    async def admit(
         self, connection: ledger.Connection, user_id: uuid.UUID, settings: ApiSettings
     ) -> None:
+        """In the request's transaction: 429 TOO_MANY_ACTIVE_JOBS when the request would take
+        the user past the cap (under the user's lock, held until the transaction ends, so
+        concurrent requests cannot all see room for one more), 429 BUDGET_EXCEEDED when it
+        would take them past their AI budget. Nothing is registered then."""
+        defaults = settings.default_budget()
+        if settings.rate_limit_enabled:
+            await repository.lock_user_jobs(connection, user_id)
+            found = await repository.standing(connection, user_id)
+            self.refuse_beyond_cap(found.active_jobs, settings)
+            limits = defaults.overridden(found.tokens_per_day, found.usd_per_month)
+        elif self.ai_jobs:
+            limits = await budgets.limits_for(connection, user_id, defaults)
+        else:
+            return
+        await self.refuse_over_budget(connection, user_id, limits)
+
+    async def refuse_over_budget(
+        self, connection: ledger.Connection, user_id: uuid.UUID, limits: budgets.Limits
+    ) -> None:
         """429 BUDGET_EXCEEDED when what the user spent, plus what such jobs cost them on
-        average, passes a limit (docs/operations.md, "Budgets"); nothing is registered."""
+        average, passes a limit (docs/operations.md, "Budgets")."""
         if not self.ai_jobs:
             return
         now = datetime.now(UTC)
-        exceeded = await budgets.check(
-            connection, user_id, settings.default_budget(), self.ai_jobs, now=now
-        )
+        exceeded = await budgets.check_limits(connection, user_id, limits, self.ai_jobs, now=now)
         if exceeded is None:
             return
         wait = exceeded.seconds_to_reset(now)
@@ -135,11 +152,7 @@ class JobQuota:
 
 class ActiveJobQuota(JobQuota):
     async def __call__(self, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> None:
-        if settings.rate_limit_enabled:
-            await repository.lock_user_jobs(session, user.user_id)
-            active = await repository.count_active_jobs(session, user.user_id)
-            self.refuse_beyond_cap(active, settings)
-        await self.refuse_over_budget(session, user.user_id, settings)
+        await self.admit(session, user.user_id, settings)
 
 
 def upstream_limit(bucket: str) -> list[Any]:
@@ -187,11 +200,7 @@ class LimitedTransaction(JobQuota):
         direct = publisher.batch() if publisher is not None else None
         async with transaction_on_connection(request) as connection:
             user = await user_on_connection(request, connection, subject)
-            if settings.rate_limit_enabled:
-                await repository.lock_user_jobs_on(connection, user.user_id)
-                active = await repository.count_active_jobs_on(connection, user.user_id)
-                self.refuse_beyond_cap(active, settings)
-            await self.refuse_over_budget(connection, user.user_id, settings)
+            await self.admit(connection, user.user_id, settings)
             yield JobRequest(connection, user, direct)
         # committed (a block that failed rolled back and raised out of it)
         if publisher is not None and direct is not None:

@@ -1,11 +1,16 @@
-"""The token bucket and the active-job count, in PostgreSQL so every API replica shares them."""
+"""The token bucket, and a user's active-job count and budget override: in PostgreSQL, so
+every API replica shares them."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from decimal import Decimal
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncSession
+
+from san_common.usage import ledger
+from san_common.usage.ledger import Connection
 
 # One statement takes a token when the bucket (refilled for the time since its last take,
 # capped at the burst) holds one; the row lock of ON CONFLICT makes concurrent takes of one
@@ -45,27 +50,35 @@ async def tokens_now(
     return float(level or 0.0)
 
 
-async def lock_user_jobs(session: AsyncSession, user_id: uuid.UUID) -> None:
+@dataclass(frozen=True)
+class Standing:
+    """What admits a user's job-creating request: their PENDING/PROCESSING jobs, and their
+    budget override (None: the default; docs/operations.md, "Budgets")."""
+
+    active_jobs: int
+    tokens_per_day: int | None
+    usd_per_month: Decimal | None
+
+
+async def lock_user_jobs(connection: Connection, user_id: uuid.UUID) -> None:
     """Serialize this user's job-creating requests until the request's transaction ends, so
     a count of active jobs stays true until the new ones are inserted."""
-    await (await session.connection()).exec_driver_sql(_LOCK_USER_JOBS, (str(user_id),))
+    await ledger.execute(connection, _LOCK_USER_JOBS, str(user_id))
 
 
-async def count_active_jobs(session: AsyncSession, user_id: uuid.UUID) -> int:
-    found = await (await session.connection()).exec_driver_sql(_COUNT_ACTIVE, (user_id,))
-    return int(found.scalar() or 0)
-
-
-async def lock_user_jobs_on(connection: asyncpg.Connection, user_id: uuid.UUID) -> None:
-    """`lock_user_jobs` in a transaction on an asyncpg connection."""
-    await connection.execute(_LOCK_USER_JOBS, str(user_id))
-
-
-async def count_active_jobs_on(connection: asyncpg.Connection, user_id: uuid.UUID) -> int:
-    return int(await connection.fetchval(_COUNT_ACTIVE, user_id) or 0)
+async def standing(connection: Connection, user_id: uuid.UUID) -> Standing:
+    """Read after `lock_user_jobs`, in a statement of its own: a statement sees the rows
+    committed before it started, so a count in the locking statement could miss the jobs
+    of the request that held the lock."""
+    row = (await ledger.fetch(connection, _STANDING, user_id))[0]
+    return Standing(int(row["active_jobs"]), row["tokens_per_day"], row["usd_per_month"])
 
 
 _LOCK_USER_JOBS = "SELECT pg_advisory_xact_lock(hashtextextended('san-active-jobs:' || $1, 0))"
-_COUNT_ACTIVE = (
-    "SELECT count(*) FROM async_jobs WHERE user_id = $1 AND status IN ('PENDING', 'PROCESSING')"
-)
+# One round trip for both: the budget override is a primary-key probe beside the count.
+_STANDING = """
+SELECT (SELECT count(*) FROM async_jobs
+        WHERE user_id = $1 AND status IN ('PENDING', 'PROCESSING')) AS active_jobs,
+    b.tokens_per_day, b.usd_per_month
+FROM (SELECT) AS one LEFT JOIN user_budgets AS b ON b.user_id = $1
+"""
