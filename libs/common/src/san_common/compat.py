@@ -1,4 +1,4 @@
-"""The one home of SAN's reliance on library internals (docs/performance.md, "Library
+"""The one home of SAN's reliance on library internals (docs/hot-paths.md, "Library
 internals kept").
 
 Each function below uses something its library does not promise to keep: a name outside
@@ -36,7 +36,7 @@ def new_orm_instance(cls: type[T], values: Mapping[str, Any]) -> T:
     ORM builds the rows it loads: without `__init__`, its values set in its `__dict__`.
 
     The constructor fires an attribute event per value, ~4–5 % of a drained job's worker
-    CPU for the claimed `AsyncJob` (docs/performance.md). The instance is for reading only:
+    CPU for the claimed `AsyncJob` (docs/hot-paths.md). The instance is for reading only:
     its values are not "changes", so it must never be added to a session."""
     factory = _FACTORIES.get(cls)
     if factory is None:

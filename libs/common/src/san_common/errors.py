@@ -15,7 +15,7 @@ _SECRET_PATTERNS = [
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),
 ]
 # Every pattern's match holds one of these (in the lower-cased text), so a text holding
-# none is spared the patterns: most log lines, at a few µs each (docs/performance.md).
+# none is spared the patterns: most log lines, at a few µs each (docs/hot-paths.md).
 _SECRET_HINTS = ("gh", "github_pat_", "bearer", "token", "=", "sk-")
 MAX_ERROR_MESSAGE = 4000
 

@@ -73,7 +73,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         # POST /scraps' transactions (LimitedTransaction) and the rate limiter's token: asyncpg's
-        # own pool, lighter than SQLAlchemy's under load (docs/performance.md); it connects
+        # own pool, lighter than SQLAlchemy's under load (docs/hot-paths.md); it connects
         # on first use
         app.state.connections = await asyncpg.create_pool(
             plain_url(settings.database_url),

@@ -64,7 +64,7 @@ async def transaction_on_connection(request: Request) -> AsyncIterator[asyncpg.C
     write path (`POST /scraps`, through `limits.LimitedTransaction`): its statements are
     named SQL and need no ORM session, and under load SQLAlchemy's session, statement
     machinery and pool cost the endpoint a third of its throughput and half its p99
-    (docs/performance.md)."""
+    (docs/hot-paths.md)."""
     async with pooled_connection(request) as connection:
         transaction = connection.transaction()
         await transaction.start()  # raises at once on a closed connection

@@ -452,7 +452,7 @@ class Relay:
             await _first_set(self._wakeup, stop, within=timeout)
             # Messages that keep coming one by one (a burst of single registrations) would
             # each get a round of their own: a claim, a publish, a confirm and a commit per
-            # message, which took more CPU than the jobs did (docs/performance.md). Within
+            # message, which took more CPU than the jobs did (docs/hot-paths.md). Within
             # the spacing of the last round that published, the round waits for the rest
             # of it and takes whatever arrived meanwhile. A message after a quiet spell
             # goes out at once.

@@ -42,7 +42,7 @@ class Batch:
 
 # One statement a round: the batch, and when to wake up next (a separate query for the
 # next due time, run before every sleep, was a tenth of the relay's CPU under a trickle of
-# jobs: docs/performance.md). A function of migration 0008, which carries the planner
+# jobs: docs/hot-paths.md). A function of migration 0008, which carries the planner
 # setting that keeps the claim on its index whatever the statistics say.
 _CLAIM = "SELECT * FROM claim_outbox($1)"
 

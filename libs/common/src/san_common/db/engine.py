@@ -48,7 +48,7 @@ def create_engine(
     idle_transaction_seconds: float | None = None,
 ) -> AsyncEngine:
     """The hot paths (the workers' claims and completions, the relay's rounds, the API's
-    requests) turn the first two defaults off (docs/performance.md):
+    requests) turn the first two defaults off (docs/hot-paths.md):
 
     - `pre_ping=False`: with asyncpg a pre-ping is three round trips per checkout (BEGIN,
       `;`, ROLLBACK), more than a claim itself. Nothing is lost without it: a connection
@@ -113,7 +113,7 @@ def _silence_is_a_disconnect(context: ExceptionContext) -> None:
 async def driver_connection(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
     """A pooled connection's asyncpg driver, in autocommit, for a hot path's one statement
     run without SQLAlchemy's execution path (half of a lone claim's time went to that path:
-    docs/performance.md).
+    docs/hot-paths.md).
 
     SQLAlchemy never sees what such a statement raises, so what it would do is done here:
     a connection lost under the statement is not pooled again, and a statement the server

@@ -136,7 +136,7 @@ class JobState:
 # Each event is one statement: the job, its try row and (`{mirrors}`, filled from the
 # registry by `_with_mirrors`) the mirrored status of its target row, in one round trip.
 # The hot path's claim and completion take a whole batch of jobs at once (the ORM's
-# UPDATE machinery cost more CPU per job than the database did: docs/performance.md).
+# UPDATE machinery cost more CPU per job than the database did: docs/hot-paths.md).
 
 # The fencing condition of every write of a try: this try, and only while it holds the job.
 _HELD = "j.job_id = $1 AND j.status = 'PROCESSING' AND j.tries = $2"
@@ -427,7 +427,7 @@ def _with_mirrors(template: str, jobs: str, status: str) -> str:
     """`template` with one more WITH clause per mirrored job type: its target rows follow
     the jobs in `jobs` to `status`. Built once per registry state: writing the clauses out
     cost each claim and each completion batch tens of microseconds, as much as a one-job
-    batch's own Python work on a small machine (docs/performance.md)."""
+    batch's own Python work on a small machine (docs/hot-paths.md)."""
     return _statement(template, jobs, status, tuple(sorted(registry.mirrored().items())))
 
 

@@ -169,7 +169,7 @@ async def register_job(
             )
     # One statement is the whole registration: atomic without a transaction around it, so
     # it runs on the pooled connection's asyncpg driver in autocommit, without SQLAlchemy's
-    # execution path (a third of the registration's CPU, docs/performance.md).
+    # execution path (a third of the registration's CPU, docs/hot-paths.md).
     async with driver_connection(bound_engine(session_factory)) as connection:
         registered = await _insert_on(
             connection, job_type, target_id, user_id, attempt, priority, direct

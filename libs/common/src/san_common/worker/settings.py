@@ -54,7 +54,7 @@ class WorkerSettings(ServiceSettings):
         return quotas.UpstreamQuotas(engine) if self.upstream_quotas else quotas.NoQuotas()
 
     def database_engine(self, pool_size: int) -> AsyncEngine:
-        """The worker's engine (docs/performance.md, "The engines"; docs/reliability.md,
+        """The worker's engine (docs/hot-paths.md, "The engines"; docs/reliability.md,
         "Partitions"). A worker cut off from PostgreSQL without a reset fails its claims in
         time and takes the outage path — the delivery goes back to the broker for another
         worker — instead of holding it until TCP gives up; and the server ends a

@@ -337,7 +337,7 @@ class SqlJobStore:
     ) -> None:
         """The writes and the completion of `batch` on the driver, in one transaction,
         without SQLAlchemy's session around them (which cost a one-job batch about a third
-        of its CPU: docs/performance.md). A write that fails is `_StoreFailed` when the
+        of its CPU: docs/hot-paths.md). A write that fails is `_StoreFailed` when the
         batch `shared` it, else its own error."""
         async with driver_connection(self._engine) as connection, connection.transaction():
             for sql, arguments in written.items():

@@ -184,7 +184,7 @@ class LimitedTransaction(JobQuota):
     subject) as job:`), in the order they must run: the rate limit (before a connection is
     taken), the transaction, the user, the cap (in the transaction, under the user's lock).
     The endpoint owns the transaction, so the hottest path of the API (`POST /scraps`) pays
-    for none of FastAPI's dependency machinery beyond the token (docs/performance.md). The
+    for none of FastAPI's dependency machinery beyond the token (docs/hot-paths.md). The
     transaction commits when the block ends, so the endpoint answers for committed rows only.
     """
 

@@ -1,5 +1,5 @@
 """The scrap queries of `POST /scraps`, as named SQL on the request's asyncpg connection
-(the API's hot write path: docs/performance.md)."""
+(the API's hot write path: docs/hot-paths.md)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ of the `available_at` index, then sorts them: every round read and sorted the wh
 backlog to lock a batch of it, until autovacuum's next ANALYZE — which a large outbox
 (published rows are kept for a while) reaches only after a tenth of it has changed. A
 claim of 200 rows in its transaction took ~20 ms at 100,000 due rows, ~2 ms on the index
-in order, whatever the backlog (docs/performance.md, "Relay").
+in order, whatever the backlog (docs/hot-paths.md, "Relay").
 
 Now one index serves both conditions in the claim's order: `(available_at, id)` over the
 unpublished rows, and the batch is the earliest due first (rows of one transaction, due

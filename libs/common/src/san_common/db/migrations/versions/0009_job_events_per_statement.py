@@ -6,7 +6,7 @@ Revises: 0008_outbox_claim
 0003's row trigger logged every status change with an INSERT of its own: for each row, a
 PL/pgSQL call and a single-row INSERT run through the executor from start to end, and a
 NOTIFY. The workers claim and complete their jobs in batches (one UPDATE for a dozen
-jobs, docs/performance.md), so each batch paid that a dozen times over: with the trigger
+jobs, docs/hot-paths.md), so each batch paid that a dozen times over: with the trigger
 off, a drain cost PostgreSQL a quarter less CPU a job.
 
 The same log is now written by statement triggers that read the statement's transition

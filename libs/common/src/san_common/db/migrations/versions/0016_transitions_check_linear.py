@@ -11,7 +11,7 @@ recovery sweep, an operator's bulk retry). Here the join sits under `OFFSET 0`, 
 its own as a hash join, and only the lookup of undeclared changes stops at the first.
 What is refused is unchanged, and the trigger itself is 0010's: one call per statement,
 which at the workers' batch sizes costs less than a row trigger's call per row
-(docs/performance.md, "PostgreSQL").
+(docs/hot-paths.md, "PostgreSQL").
 """
 
 from alembic import op
