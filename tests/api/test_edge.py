@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from san_api import edge
@@ -200,6 +201,38 @@ async def test_terminated_database_connections_cost_one_503_not_one_per_pooled_c
             await admin.close()
             for connection in connections:
                 await connection.aclose()
+
+
+@pytest.mark.parametrize("limits", [False, True], ids=["limits-off", "limits-on"])
+async def test_a_request_that_finds_every_pooled_connection_busy_answers_503_in_time(
+    db_url: str, amqp_url: str, limits: bool
+) -> None:
+    """Every connection of the asyncpg pool held elsewhere (a slow query each, say): the
+    request waits `API_DATABASE_TIMEOUT_SECONDS` for one and answers 503, not 500 and not
+    never; once one comes free it is served again."""
+    timeout = 0.5
+    settings = api_settings(
+        db_url, amqp_url, rate_limit_enabled=limits, api_database_timeout_seconds=timeout
+    )
+    app = create_app(settings)
+    headers = _bearer("busy-" + uuid.uuid4().hex)
+    async with over_http(app) as url, httpx.AsyncClient(base_url=url) as client:
+        pool: asyncpg.Pool = app.state.connections
+        held = [await pool.acquire() for _ in range(pool.get_max_size())]
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            busy = await client.post("/scraps", json={"content": "busy"}, headers=headers)
+            took = loop.time() - started
+            assert busy.status_code == 503, busy.text
+            assert busy.json()["code"] == "DATABASE_UNAVAILABLE"
+            assert "did not answer in time" in busy.json()["detail"]
+            assert timeout <= took < timeout + 2, took
+        finally:
+            for connection in held:
+                await pool.release(connection)
+        served = await client.post("/scraps", json={"content": "free"}, headers=headers)
+        assert served.status_code == 202, served.text
 
 
 PARTITION_TIMEOUT = 1.5  # API_DATABASE_TIMEOUT_SECONDS in the partition test

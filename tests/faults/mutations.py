@@ -101,6 +101,10 @@ RUNNABLE = "services/recovery/src/san_recovery/runnable.py"
 RUNNABLE_TESTS = "tests/recovery/test_runnable.py"
 DEPTHS = "libs/common/src/san_common/broker/depths.py"
 JOBS_ENDPOINTS = "services/api/src/san_api/jobs/endpoints.py"
+BUSY_POOL = (
+    "tests/api/test_edge.py::test_a_request_that_finds_every_pooled_connection_busy_answers_503"
+    "_in_time[limits-off]"
+)
 WAITING_FAIR = (
     "tests/faults/test_waiting_visible.py"
     "::test_jobs_held_back_by_fair_share_say_so_and_still_count_as_runnable"
@@ -704,7 +708,7 @@ MUTATIONS = (
     Mutation(
         "api-pool-kept-after-loss",
         "a connection lost under a request's transaction is replaced alone, its pool's others kept",
-        (Edit(API_DEPS, "            await pool.expire_connections()\n", "            pass\n"),),
+        (Edit(API_DEPS, "        await pool.expire_connections()\n", "        pass\n"),),
         tuple(
             f"tests/api/test_edge.py::test_{kind}_database_connections_cost_one_503_not_one"
             f"_per_pooled_connection[{limits}]"
@@ -737,6 +741,30 @@ MUTATIONS = (
         PARTITION,
     ),
     Mutation(
+        "api-pool-wait-unbounded",
+        "a request waits for a free connection of the API's asyncpg pool for as long as it takes",
+        (
+            Edit(
+                API_DEPS,
+                "        async with asyncio.timeout(timeout):\n",
+                "        async with asyncio.timeout(None):\n",
+            ),
+        ),
+        (BUSY_POOL,),
+    ),
+    Mutation(
+        "api-pool-wait-unnamed",
+        "no free pooled connection in time is answered 500, not 503 DATABASE_UNAVAILABLE",
+        (
+            Edit(
+                API_ERRORS,
+                "        if isinstance(current, NoConnectionInTime) or (\n",
+                "        if (\n",
+            ),
+        ),
+        (BUSY_POOL,),
+    ),
+    Mutation(
         "api-engine-waits-forever",
         "SQLAlchemy's engine sets no command timeout: a partition hangs the session endpoints",
         (
@@ -754,8 +782,8 @@ MUTATIONS = (
         (
             Edit(
                 API_ERRORS,
-                "if isinstance(current, TimeoutError) and _raised_in_db_client(current):",
-                "if isinstance(current, TimeoutError) and not _raised_in_db_client(current):",
+                "isinstance(current, TimeoutError) and _raised_in_db_client(current)\n",
+                "isinstance(current, TimeoutError) and not _raised_in_db_client(current)\n",
             ),
         ),
         PARTITION,

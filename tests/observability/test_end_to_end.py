@@ -111,8 +111,9 @@ def test_metrics_show_real_values_after_an_end_to_end_job(observed_stack: Stack)
     assert value(relay, "san_outbox_publish_lag_seconds_sum") > 0
     card_queue = Topology(stack.env["AMQP_PREFIX"]).queue_name(JobType.CARD_ANALYSIS)
     depth = ("san_queue_messages_ready", frozenset({("queue", card_queue)}))
-    # the relay measures the outbox and the queues every few seconds, not only at cleanup
-    wait_until(lambda: depth in scrape(relay_url), 30, "the relay's queue depth gauges")
+    # the relay measures the outbox and the queues every few seconds, not only at cleanup;
+    # a reading taken while a message still waited for the worker holds until the next
+    wait_until(lambda: scrape(relay_url).get(depth) == 0, 30, "the relay's queue depth gauges at 0")
     relay = scrape(relay_url)
     assert value(relay, "san_outbox_backlog") == 0
     assert value(relay, "san_queue_messages_ready", queue=card_queue) == 0

@@ -5,6 +5,7 @@ API's asyncpg pool, for the hot write path that runs no ORM session (`POST /scra
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,7 +20,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_api.auth.tokens import InvalidToken, TokenVerifier
-from san_api.errors import AppError, DatabaseConnectionLost, Unauthorized, database_unavailable
+from san_api.errors import (
+    AppError,
+    DatabaseConnectionLost,
+    NoConnectionInTime,
+    Unauthorized,
+    database_unavailable,
+)
 from san_api.settings import ApiSettings
 from san_api.users import repository as users
 from san_api.users.cache import ProvisionedUsers
@@ -93,18 +100,26 @@ async def app_connection(app: FastAPI) -> AsyncIterator[asyncpg.Connection]:
     marks): the same pool, the same handling of a lost connection."""
     pool: asyncpg.Pool = app.state.connections
     settings: ApiSettings = app.state.settings
-    # the timeout bounds the wait for a connection and its release (reset) alike
-    async with pool.acquire(timeout=settings.api_database_timeout_seconds) as connection:
-        try:
-            yield connection
-        except Exception as exc:
-            reason = database_unavailable(exc)
-            if reason is None and not connection.is_closed():
-                raise
-            await pool.expire_connections()
-            if reason is None:
-                raise DatabaseConnectionLost() from exc
+    timeout = settings.api_database_timeout_seconds
+    # The wait for a connection and its release (the reset) are bounded alike. Not by
+    # acquire's own timeout: that runs the wait in a task of its own, a task a request.
+    try:
+        async with asyncio.timeout(timeout):
+            connection = await pool.acquire()
+    except TimeoutError as exc:
+        raise NoConnectionInTime() from exc
+    try:
+        yield connection
+    except Exception as exc:
+        reason = database_unavailable(exc)
+        if reason is None and not connection.is_closed():
             raise
+        await pool.expire_connections()
+        if reason is None:
+            raise DatabaseConnectionLost() from exc
+        raise
+    finally:
+        await pool.release(connection, timeout=timeout)
 
 
 async def get_settings(request: Request) -> ApiSettings:

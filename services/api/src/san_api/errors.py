@@ -25,6 +25,11 @@ class DatabaseConnectionLost(ConnectionError):
     (asyncpg can report a connection the server dropped as an internal client error)."""
 
 
+class NoConnectionInTime(TimeoutError):
+    """No connection of the API's asyncpg pool within `API_DATABASE_TIMEOUT_SECONDS`: every
+    one busy, or a new one could not connect."""
+
+
 # Connection-level failures of PostgreSQL: the database is down, restarting or full. Any
 # other database error (a constraint, bad SQL) is a bug or a domain error, not an outage.
 _DB_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -268,7 +273,9 @@ def database_unavailable(exc: BaseException) -> str | None:
         if isinstance(current, asyncpg.InterfaceError) and "connection is closed" in str(current):
             return "The database connection was lost; retry later"
         # API_DATABASE_TIMEOUT_SECONDS ran out on a connect or a statement (a partition)
-        if isinstance(current, TimeoutError) and _raised_in_db_client(current):
+        if isinstance(current, NoConnectionInTime) or (
+            isinstance(current, TimeoutError) and _raised_in_db_client(current)
+        ):
             return "The database did not answer in time; retry later"
         if isinstance(current, OSError) and _raised_in_db_client(current):
             return "The database is unavailable; retry later"
