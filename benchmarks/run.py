@@ -440,6 +440,8 @@ def acceptance(table: dict[str, dict[str, Any]], extra: dict[str, Any]) -> list[
         ("api_c16", "POST /scraps ≥ 0.7 × bare endpoint, c=16"),
         ("api_c64", "POST /scraps ≥ 0.7 × bare endpoint, c=64"),
         ("api_p99_c64", "POST /scraps p99 at c=64 ≤ 2 × bare"),
+        ("api_cpu_c16", "(reported, no bar) POST /scraps, server CPU per request vs bare, c=16"),
+        ("api_cpu_c64", "(reported, no bar) POST /scraps, server CPU per request vs bare, c=64"),
         ("api_limited_c16", "(reported, no bar) POST /scraps, limits on, vs bare, c=16"),
         ("api_limited_c64", "(reported, no bar) POST /scraps, limits on, vs bare, c=64"),
         ("relay", "relay ≥ 0.9 × raw pipelined publisher"),

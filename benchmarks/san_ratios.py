@@ -6,7 +6,8 @@ alternating A B A B A B:
   (FastAPI + asyncpg, the same transaction), at c=16 and c=64, load from
   benchmarks/loadgen.py in a process of its own; and, reported beside them, a second
   `san-api` with the limits on as deployed (token bucket and active-job cap; their sizes
-  raised so nobody is refused), its requests spread over `LIMITED_USERS` users;
+  raised so nobody is refused), its requests spread over `LIMITED_USERS` users; the CPU
+  each server process spent per request, read from /proc, beside the rates;
 - relay: a real `san-relay` process publishing N committed outbox rows against
   benchmarks/raw_publisher.py (100 confirms in flight, same quorum queue, same envelope),
   timed from the commit of the rows until the last is marked published;
@@ -34,7 +35,7 @@ import asyncpg
 import httpx
 
 from benchmarks import cards_data
-from benchmarks.peers.common import percentile, spawn, stop_process
+from benchmarks.peers.common import percentile, spawn, stop_process, tree_cpu_seconds
 from san_api.auth.tokens import mint
 from san_common.broker.topology import Topology, declare_topology
 from san_common.db.migrate import upgrade
@@ -157,13 +158,14 @@ async def api_ratios(server: str, amqp_url: str, runs: int, seconds: float) -> d
             )
         )
         systems = (
-            ("san", san_url, ("--header", one_user)),
-            ("bare", bare_url, ("--header", one_user)),
-            ("limited", limited_url, ("--cycle-header", str(many_users))),
+            ("san", san, san_url, ("--header", one_user)),
+            ("bare", bare, bare_url, ("--header", one_user)),
+            ("limited", limited, limited_url, ("--cycle-header", str(many_users))),
         )
         for _ in range(runs):
             for concurrency in (16, 64):
-                for name, url, users in systems:
+                for name, server_process, url, users in systems:
+                    cpu_before = tree_cpu_seconds(server_process.pid)
                     outcome = _loadgen(
                         url,
                         "--path",
@@ -178,6 +180,12 @@ async def api_ratios(server: str, amqp_url: str, runs: int, seconds: float) -> d
                         "--seconds",
                         str(seconds),
                     )
+                    cpu_after = tree_cpu_seconds(server_process.pid)
+                    if cpu_before is not None and cpu_after is not None and outcome["requests"]:
+                        # the figure the machine's noise hardly moves, unlike the rate
+                        outcome["cpu_ms_per_request"] = round(
+                            (cpu_after - cpu_before) * 1000 / outcome["requests"], 3
+                        )
                     results.setdefault(f"{name}_c{concurrency}", []).append(outcome)
                     print(f"api {name} c={concurrency} {outcome}", flush=True)
     finally:
@@ -382,6 +390,12 @@ async def run_all(server: str, amqp_url: str, args: Any, extra: dict[str, Any]) 
             san = statistics.median(r["rate"] for r in api[f"san_c{c}"])
             bare = statistics.median(r["rate"] for r in api[f"bare_c{c}"])
             extra[f"api_c{c}"] = f"{san / bare:.2f}× ({san:,.0f} vs {bare:,.0f} req/s)"
+        for c in (16, 64):  # reported: the server process's CPU per request
+            san_cpu = statistics.median(r["cpu_ms_per_request"] for r in api[f"san_c{c}"])
+            bare_cpu = statistics.median(r["cpu_ms_per_request"] for r in api[f"bare_c{c}"])
+            extra[f"api_cpu_c{c}"] = (
+                f"{san_cpu / bare_cpu:.2f}× ({san_cpu:.2f} vs {bare_cpu:.2f} ms a request)"
+            )
         san99 = statistics.median(r["p99_ms"] for r in api["san_c64"])
         bare99 = statistics.median(r["p99_ms"] for r in api["bare_c64"])
         extra["api_p99_c64"] = f"{san99 / bare99:.2f}× ({san99:,.0f} vs {bare99:,.0f} ms)"
@@ -419,8 +433,9 @@ def render(ratios: dict[str, Any]) -> str:
     if "api" in ratios:
         api = ratios["api"]
         lines += [
-            "| API (`POST /scraps`, rate limiter off) | req/s | p50 ms | p99 ms |",
-            "|---|---|---|---|",
+            "| API (`POST /scraps`, rate limiter off) | req/s | p50 ms | p99 ms "
+            "| server CPU per request (ms) |",
+            "|---|---|---|---|---|",
         ]
         for key, label in (
             ("san_c16", "SAN, c=16"),
@@ -434,7 +449,11 @@ def render(ratios: dict[str, Any]) -> str:
             if not rows:  # a results file of a version without the row
                 continue
             rate, p50, p99 = ([r[k] for r in rows] for k in ("rate", "p50_ms", "p99_ms"))
-            lines.append(f"| {label} | {_stat(rate)} | {_stat(p50, 1)} | {_stat(p99, 1)} |")
+            cpu = [r["cpu_ms_per_request"] for r in rows if "cpu_ms_per_request" in r]
+            lines.append(
+                f"| {label} | {_stat(rate)} | {_stat(p50, 1)} | {_stat(p99, 1)} "
+                f"| {_stat(cpu, 2) if cpu else '—'} |"
+            )
         lines.append("")
     if "relay" in ratios:
         relay = ratios["relay"]
