@@ -391,11 +391,12 @@ async def run_all(server: str, amqp_url: str, args: Any, extra: dict[str, Any]) 
             bare = statistics.median(r["rate"] for r in api[f"bare_c{c}"])
             extra[f"api_c{c}"] = f"{san / bare:.2f}× ({san:,.0f} vs {bare:,.0f} req/s)"
         for c in (16, 64):  # reported: the server process's CPU per request
-            san_cpu = statistics.median(r["cpu_ms_per_request"] for r in api[f"san_c{c}"])
-            bare_cpu = statistics.median(r["cpu_ms_per_request"] for r in api[f"bare_c{c}"])
-            extra[f"api_cpu_c{c}"] = (
-                f"{san_cpu / bare_cpu:.2f}× ({san_cpu:.2f} vs {bare_cpu:.2f} ms a request)"
-            )
+            san_runs, bare_runs = (_cpu_per_request(api[f"{n}_c{c}"]) for n in ("san", "bare"))
+            if san_runs and bare_runs:
+                san_cpu, bare_cpu = statistics.median(san_runs), statistics.median(bare_runs)
+                extra[f"api_cpu_c{c}"] = (
+                    f"{san_cpu / bare_cpu:.2f}× ({san_cpu:.2f} vs {bare_cpu:.2f} ms a request)"
+                )
         san99 = statistics.median(r["p99_ms"] for r in api["san_c64"])
         bare99 = statistics.median(r["p99_ms"] for r in api["bare_c64"])
         extra["api_p99_c64"] = f"{san99 / bare99:.2f}× ({san99:,.0f} vs {bare99:,.0f} ms)"
@@ -419,6 +420,11 @@ async def run_all(server: str, amqp_url: str, args: Any, extra: dict[str, Any]) 
             f"{similar['api_recall_at_10']:.3f} (SQL {similar['sql_recall_at_10']:.3f})"
         )
     return ratios
+
+
+def _cpu_per_request(rows: list[dict[str, Any]]) -> list[float]:
+    """The CPU per request of the runs that measured it (a server gone mid-run did not)."""
+    return [r["cpu_ms_per_request"] for r in rows if "cpu_ms_per_request" in r]
 
 
 def _stat(values: list[float], digits: int = 0) -> str:
@@ -449,7 +455,7 @@ def render(ratios: dict[str, Any]) -> str:
             if not rows:  # a results file of a version without the row
                 continue
             rate, p50, p99 = ([r[k] for r in rows] for k in ("rate", "p50_ms", "p99_ms"))
-            cpu = [r["cpu_ms_per_request"] for r in rows if "cpu_ms_per_request" in r]
+            cpu = _cpu_per_request(rows)
             lines.append(
                 f"| {label} | {_stat(rate)} | {_stat(p50, 1)} | {_stat(p99, 1)} "
                 f"| {_stat(cpu, 2) if cpu else '—'} |"
