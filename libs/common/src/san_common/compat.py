@@ -54,7 +54,7 @@ def new_orm_instance(cls: type[T], values: Mapping[str, Any]) -> T:
 
 
 # The ASGI scope key the protocol sets on a request that arrived beyond the connection cap;
-# the app answers it (san_api.edge.CapacityMiddleware) instead of serving it.
+# the app answers it (san_api.edge.EdgeMiddleware) instead of serving it.
 OVER_CAPACITY = "san.over_capacity"
 
 

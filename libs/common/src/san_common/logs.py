@@ -6,13 +6,11 @@ and added to every line logged inside it.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -38,14 +36,24 @@ _ts_second = -1  # the second `_ts_prefix` formats
 _ts_prefix = ""
 
 
-@contextlib.contextmanager
-def log_context(**fields: Any) -> Iterator[None]:
-    merged = {**(_context.get() or {}), **{k: str(v) for k, v in fields.items() if v is not None}}
-    token = _context.set(merged)
-    try:
-        yield
-    finally:
-        _context.reset(token)
+def log_context(**fields: Any) -> _Bound:
+    """`with log_context(job_id=…):` every line logged in the block carries the fields."""
+    return _Bound({k: str(v) for k, v in fields.items() if v is not None})
+
+
+class _Bound:
+    """A class rather than a generator: the API enters one per request, a worker per job."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self._fields = fields
+
+    def __enter__(self) -> None:
+        self._token = _context.set({**(_context.get() or {}), **self._fields})
+
+    def __exit__(self, *exc_info: object) -> None:
+        _context.reset(self._token)
 
 
 class JsonFormatter(logging.Formatter):

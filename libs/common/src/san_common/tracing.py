@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry import context as otel_context
@@ -123,24 +124,25 @@ def shutdown_tracing() -> None:
         provider.shutdown()
 
 
-@contextlib.contextmanager
+# Every span while tracing is off: one object, entered by every request and job.
+_NO_SPAN: contextlib.nullcontext[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)
+
+
 def span(
     name: str,
     *,
     kind: SpanKindName = "internal",
     parent: Mapping[str, Any] | None = None,
     attributes: Mapping[str, str | int | float | bool] | None = None,
-) -> Iterator[trace.Span]:
+) -> AbstractContextManager[trace.Span]:
     """A span made current for the block. `parent` is a carrier (an envelope, message
     headers, HTTP headers) whose `traceparent` becomes this span's parent."""
     if _provider is None:  # off: no context parsing, no span
-        yield trace.INVALID_SPAN
-        return
+        return _NO_SPAN
     ctx = context_from(parent) if parent is not None else None
-    with _tracer.start_as_current_span(
+    return _tracer.start_as_current_span(
         name, context=ctx, kind=_KINDS[kind], attributes=dict(attributes or {})
-    ) as current:
-        yield current
+    )
 
 
 def current_trace_context() -> dict[str, str]:
@@ -159,7 +161,10 @@ def context_from(carrier: Mapping[str, Any]) -> otel_context.Context:
 
 
 def current_trace_id() -> str | None:
-    """The 32-hex-digit trace id of the current span, for log lines; None outside a trace."""
+    """The 32-hex-digit trace id of the current span, for log lines; None outside a trace
+    (always, with tracing off)."""
+    if _provider is None:
+        return None
     context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
 

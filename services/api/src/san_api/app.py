@@ -13,18 +13,13 @@ from san_api import docs, health, openapi
 from san_api.admin import console
 from san_api.admin.broker import BrokerAdmin
 from san_api.admin.budgets import router as admin_budgets_router
-from san_api.admin.csrf import ConsoleCsrfMiddleware
+from san_api.admin.csrf import ConsoleCsrf
 from san_api.admin.endpoints import router as admin_router
 from san_api.admin.scheduling import router as admin_scheduling_router
 from san_api.auth.tokens import token_verifier
 from san_api.cards.endpoints import router as cards_router
 from san_api.deps import app_connection
-from san_api.edge import (
-    BodyTimeoutMiddleware,
-    CapacityMiddleware,
-    SecurityHeadersMiddleware,
-    UnhandledErrorMiddleware,
-)
+from san_api.edge import EdgeMiddleware
 from san_api.errors import install_error_handlers
 from san_api.github.clients import GithubServices
 from san_api.github.endpoints import router as github_router
@@ -32,7 +27,6 @@ from san_api.job_events.endpoints import router as job_events_router
 from san_api.job_events.hub import JobEventHub
 from san_api.job_events.slots import StreamSlots
 from san_api.jobs.endpoints import router as jobs_router
-from san_api.middleware import BodyLimitMiddleware, ObservabilityMiddleware
 from san_api.recall_quizzes.endpoints import router as recall_quizzes_router
 from san_api.scraps.endpoints import router as scraps_router
 from san_api.settings import ApiSettings
@@ -145,14 +139,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
-    # innermost first: each add_middleware wraps the ones before it
-    app.add_middleware(UnhandledErrorMiddleware)
-    app.add_middleware(ConsoleCsrfMiddleware, proxy_header=settings.admin_proxy_header)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.request_max_bytes)
-    app.add_middleware(BodyTimeoutMiddleware, seconds=settings.http_body_timeout_seconds)
-    app.add_middleware(CapacityMiddleware)
-    app.add_middleware(SecurityHeadersMiddleware)
-    app.add_middleware(ObservabilityMiddleware)  # outermost: it sees every other layer
+    app.add_middleware(
+        EdgeMiddleware,
+        max_body_bytes=settings.request_max_bytes,
+        body_seconds=settings.http_body_timeout_seconds,
+        csrf=ConsoleCsrf(proxy_header=settings.admin_proxy_header),
+    )
     for router in (
         health.router,
         scraps_router,

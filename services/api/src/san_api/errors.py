@@ -356,4 +356,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     # No handler for Exception here: Starlette runs that one in its outermost layer and then
     # re-raises, which makes uvicorn drop the keep-alive connection. Unexpected errors and a
-    # lost database are answered by san_api.edge.UnhandledErrorMiddleware instead.
+    # lost database are answered by san_api.edge.EdgeMiddleware instead.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from san_api.admin.auth import COOKIE
 from san_api.edge import send_problem
@@ -37,30 +37,28 @@ LOGIN = "/admin/login"
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
-class ConsoleCsrfMiddleware:
-    def __init__(self, app: ASGIApp, *, proxy_header: str = "") -> None:
-        self.app = app
+class ConsoleCsrf:
+    """The check, run by the edge (san_api.edge) before any route."""
+
+    def __init__(self, *, proxy_header: str = "") -> None:
         self.proxy_header = proxy_header.lower()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._refused(scope):
-            log.warning(
-                "cross-origin console request refused",
-                extra={"fields": {"method": scope["method"], "path": scope["path"]}},
-            )
-            await send_problem(
-                send,
-                scope,
-                403,
-                "CROSS_ORIGIN_REFUSED",
-                "this console action must come from the console's own pages (or carry an"
-                " 'Authorization: Bearer' token)",
-                title="Cross-origin request refused",
-            )
-            return
-        await self.app(scope, receive, send)
+    async def refuse(self, send: Send, scope: Scope) -> None:
+        log.warning(
+            "cross-origin console request refused",
+            extra={"fields": {"method": scope["method"], "path": scope["path"]}},
+        )
+        await send_problem(
+            send,
+            scope,
+            403,
+            "CROSS_ORIGIN_REFUSED",
+            "this console action must come from the console's own pages (or carry an"
+            " 'Authorization: Bearer' token)",
+            title="Cross-origin request refused",
+        )
 
-    def _refused(self, scope: Scope) -> bool:
+    def refused(self, scope: Scope) -> bool:
         path: str = scope["path"]
         if scope["method"] in SAFE_METHODS or not (path == "/admin" or path.startswith("/admin/")):
             return False
