@@ -9,14 +9,15 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated
 
 import asyncpg
 from fastapi import Depends, FastAPI, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from san_api.auth.tokens import InvalidToken, TokenVerifier
@@ -81,8 +82,7 @@ async def transaction_on_connection(request: Request) -> AsyncIterator[asyncpg.C
             yield connection
 
 
-@asynccontextmanager
-async def pooled_connection(request: Request) -> AsyncIterator[asyncpg.Connection]:
+def pooled_connection(request: Request) -> AbstractAsyncContextManager[asyncpg.Connection]:
     """A connection of the API's asyncpg pool (the request's transaction on it, the rate limiter).
 
     A connection error, a statement the server did not answer in time, or any error on a
@@ -90,8 +90,7 @@ async def pooled_connection(request: Request) -> AsyncIterator[asyncpg.Connectio
     means the connection was lost — and so, likely, were the others opened before it (a
     restart, a terminate, a partition): the pool replaces them all at their next checkout,
     so the loss costs one 503, not one per pooled connection."""
-    async with app_connection(request.app) as connection:
-        yield connection
+    return app_connection(request.app)
 
 
 @asynccontextmanager
@@ -133,8 +132,6 @@ async def get_settings(request: Request) -> ApiSettings:
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 
-_bearer = HTTPBearer(auto_error=False)
-
 
 @dataclass(frozen=True)
 class Principal:
@@ -142,20 +139,28 @@ class Principal:
     external_id: str
 
 
-async def get_subject(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
-    """The verified token's subject; needs no database (the rate limiter runs on it)."""
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise Unauthorized("Missing bearer token: send 'Authorization: Bearer <token>'")
-    verifier: TokenVerifier = request.app.state.tokens
-    try:
-        return await verifier.verify(credentials.credentials)
-    except InvalidToken as exc:
-        raise Unauthorized(f"Invalid bearer token: {exc}") from exc
+class BearerSubject(HTTPBearer):
+    """The verified token's subject; needs no database (the rate limiter runs on it).
+
+    FastAPI's `HTTPBearer` (its OpenAPI security scheme) answering the subject rather than
+    the credentials: one dependency where a function depending on `HTTPBearer` would be
+    two for FastAPI to solve on every request."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_error=False, scheme_name="HTTPBearer")
+
+    async def __call__(self, request: Request) -> str:  # type: ignore[override]
+        scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthorized("Missing bearer token: send 'Authorization: Bearer <token>'")
+        verifier: TokenVerifier = request.app.state.tokens
+        try:
+            return await verifier.verify(token)
+        except InvalidToken as exc:
+            raise Unauthorized(f"Invalid bearer token: {exc}") from exc
 
 
+get_subject = BearerSubject()
 SubjectDep = Annotated[str, Depends(get_subject)]
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Request, Response, status
 
 from san_api.deps import SubjectDep
 from san_api.errors import BudgetExceeded, RateLimited, TooManyActiveJobs
@@ -23,7 +23,7 @@ _LIMITS = LimitedTransaction("scraps", 2, (JobType.CARD_ANALYSIS, JobType.SCRAP_
     response_model=ScrapAccepted,
     responses=problems(RateLimited, TooManyActiveJobs, BudgetExceeded),
 )
-async def create_scrap(body: ScrapCreate, request: Request, subject: SubjectDep) -> ScrapAccepted:
+async def create_scrap(body: ScrapCreate, request: Request, subject: SubjectDep) -> Response:
     """Save a scrap; its knowledge card and refined text are produced by async jobs."""
     settings: ApiSettings = request.app.state.settings
     async with _LIMITS.open(request, subject) as job:
@@ -34,9 +34,13 @@ async def create_scrap(body: ScrapCreate, request: Request, subject: SubjectDep)
             max_bytes=settings.scrap_max_bytes,
             direct=job.direct,
         )
-    return ScrapAccepted(
+    accepted = ScrapAccepted(
         scrapId=saved.scrap_id,
         analysisJobId=saved.analysis_job_id,
         refineJobId=saved.refine_job_id,
         duplicate=saved.duplicate,
+    )
+    # serialized once, here: returning the model would have FastAPI validate it again
+    return Response(
+        accepted.model_dump_json(), status.HTTP_202_ACCEPTED, media_type="application/json"
     )
