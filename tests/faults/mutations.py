@@ -58,6 +58,7 @@ GITHUB_ENDPOINTS = "services/api/src/san_api/github/endpoints.py"
 NEAREST = "libs/common/src/san_common/db/migrations/versions/0006_nearest_cards.py"
 OUTBOX_CLAIM = "libs/common/src/san_common/db/migrations/versions/0008_outbox_claim.py"
 API_DEPS = "services/api/src/san_api/deps.py"
+API_EDGE = "services/api/src/san_api/edge.py"
 API_ERRORS = "services/api/src/san_api/errors.py"
 API_LIMITS = "services/api/src/san_api/limits/dependencies.py"
 API_APP = "services/api/src/san_api/app.py"
@@ -1095,6 +1096,51 @@ MUTATIONS = (
             "tests/admin/test_csrf.py::test_a_cross_origin_form_post_to_every_unsafe_admin_route"
             "_is_403_and_changes_nothing",
         ),
+    ),
+    Mutation(
+        "edge-streamed-body-unbounded",
+        "a chunked body with no Content-Length is read past REQUEST_MAX_BYTES",
+        (
+            Edit(
+                API_EDGE,
+                "                raise _TooLarge(self._max_bytes)\n",
+                "                pass\n",
+            ),
+        ),
+        ("tests/api/test_bad_input.py::test_chunked_request_body_over_the_limit_is_413",),
+    ),
+    Mutation(
+        "edge-body-without-deadline",
+        "a body that drips in is waited for however long it takes",
+        (Edit(API_EDGE, "async with asyncio.timeout_at(self._deadline):", "if True:"),),
+        (
+            "tests/api/test_edge.py::test_hostile_headers_and_bodies_are_cut_off_and_memory"
+            "_stays_bounded",
+        ),
+    ),
+    Mutation(
+        "edge-answers-without-security-headers",
+        "answers leave without nosniff, framing, cache and CSP headers",
+        (
+            Edit(
+                API_EDGE,
+                "headers += [(k, v) for k, v in _ALWAYS if k not in present]",
+                "headers += []",
+            ),
+        ),
+        ("tests/api/test_edge.py::test_every_answer_has_security_headers_and_no_server_banner",),
+    ),
+    Mutation(
+        "edge-unhandled-error-re-raised",
+        "an unexpected exception reaches uvicorn, which drops the keep-alive connection",
+        (
+            Edit(
+                API_EDGE,
+                "            if exchange.started:\n                raise  # a half-sent",
+                "            if True:\n                raise  # a half-sent",
+            ),
+        ),
+        ("tests/api/test_edge.py::test_a_500_keeps_the_connection_and_says_nothing_inside",),
     ),
     Mutation(
         "github-routes-unlimited",
