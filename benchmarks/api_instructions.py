@@ -25,7 +25,15 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.san_ratios import SECRET, VENV_BIN, _api_env, _migrated, _wait_http
+from benchmarks.san_ratios import (
+    SECRET,
+    VENV_BIN,
+    _api_env,
+    _migrated,
+    _wait_http,
+    bare_command,
+    bare_env,
+)
 from san_api.auth.tokens import mint
 from tests import infra
 
@@ -37,18 +45,7 @@ IN_FLIGHT = 4
 def _command(name: str, port: int, out: str) -> list[str]:
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     if name == "bare":
-        return [
-            *valgrind,
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "benchmarks.bare_api:app",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ]
+        return [*valgrind, *bare_command(port)]
     return [*valgrind, str(VENV_BIN / "san-api")]
 
 
@@ -80,7 +77,7 @@ def _start(
     """The server under callgrind (counting nothing yet), its URL and its ready path."""
     port = infra.free_port()
     if name == "bare":
-        env = {"BENCH_DATABASE_URL": database_url, "BENCH_JWT_SECRET": SECRET}
+        env = bare_env(database_url)
         ready = "/docs"
     else:
         env = {**_api_env(database_url, amqp_url, port), "AMQP_PREFIX": work.name[-12:]}

@@ -99,22 +99,28 @@ def _start_api(
     return process, f"http://127.0.0.1:{port}"
 
 
+def bare_command(port: int) -> list[str]:
+    """The bare endpoint's server on `port` (its environment: `bare_env`)."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "benchmarks.bare_api:app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
+
+
+def bare_env(database_url: str) -> dict[str, str]:
+    return {"BENCH_DATABASE_URL": database_url, "BENCH_JWT_SECRET": SECRET}
+
+
 def _start_bare(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = infra.free_port()
-    process = spawn(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "benchmarks.bare_api:app",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        env={"BENCH_DATABASE_URL": database_url, "BENCH_JWT_SECRET": SECRET},
-    )
+    process = spawn(bare_command(port), env=bare_env(database_url))
     return process, f"http://127.0.0.1:{port}"
 
 
